@@ -1,0 +1,124 @@
+# agentreplay build.
+#   make          build ./agentreplay (and the CUDA kernels where nvcc exists)
+#   make test     build and run every test; closing line "N passed, N failed"
+#   make check    the same tests under AddressSanitizer + UBSan
+#   make bench    benchmarks (speed, memory); not part of make test
+#   make fuzz     libFuzzer harnesses, FUZZ_SECONDS each (clang)
+#   make run      the main job: the built-in comparison, results/demo/
+#   make deps     install the Debian packages this needs (idempotent)
+#   make install  PREFIX=/usr/local
+# Objects go to build/<variant>/, never beside the sources.
+
+PREFIX   ?= /usr/local
+CC       ?= cc
+BUILD    ?= build/release
+SHARED   ?= $(abspath $(CURDIR)/../shared)
+FUZZ_SECONDS ?= 60
+
+DEB_PKGS := pkg-config libcurl4-openssl-dev libev-dev libjansson-dev \
+            libhttp-parser-dev gnuplot-nox clang valgrind
+
+# -ffp-contract=off: no fused multiply-adds, so results do not depend on
+# the compiler or the build (see DESIGN.md).
+CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
+               -ffp-contract=off -I. -MMD -MP
+OPT      ?= -O2 -g
+PKG_CFLAGS = $(shell pkg-config --cflags libcurl jansson 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs libcurl jansson 2>/dev/null) -lev -lhttp_parser -lm -lpthread
+CFLAGS   += $(CFLAGS_BASE) $(OPT) $(PKG_CFLAGS) -DAGENTREPLAY_DATADIR='"$(PREFIX)/share/agentreplay"'
+LDLIBS   += $(PKG_LIBS)
+
+# Library sources: every .c of the source folders except the fuzz harnesses
+# and the programs in tests/.
+LIB_SRC  := $(filter-out replay/main.c,$(sort $(wildcard traces/*.c engine/*.c replay/*.c plots/*.c kernels/*.c)))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(sort $(wildcard tests/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
+FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
+
+NVCC     := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+
+.PHONY: all test check bench fuzz run deps install clean kernels soak
+all: deps-ok ./agentreplay $(if $(NVCC),kernels)
+
+# Dependencies: checked cheaply on every build, installed only when missing.
+.PHONY: deps-ok
+deps-ok:
+	@pkg-config --exists libcurl jansson 2>/dev/null && [ -f /usr/include/ev.h ] && \
+	  [ -f /usr/include/http_parser.h ] || $(MAKE) --no-print-directory deps
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	else echo "deps: all present"; fi
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libagentreplay.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/agentreplay: $(BUILD)/replay/main.o $(BUILD)/libagentreplay.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+./agentreplay: $(BUILD)/agentreplay
+	cp $< $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libagentreplay.a tests/testhelp.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/libagentreplay.a -o $@ $(LDFLAGS) $(LDLIBS)
+
+# Tests run from the repository root with the shared folder named; each
+# prints "N passed, N failed[, N skipped]"; tests/run.sh sums them.
+test: deps-ok ./agentreplay $(TEST_BIN)
+	@AGENTREPLAY_SHARED=$(SHARED) AGENTREPLAY_BIN=$(CURDIR)/agentreplay \
+	  sh tests/run.sh $(TEST_BIN)
+
+check: deps-ok
+	@$(MAKE) --no-print-directory BUILD=build/check CC=$(CC) \
+	  OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+	  LDFLAGS="-fsanitize=address,undefined" test
+
+bench: deps-ok ./agentreplay $(BENCH_BIN)
+	@for b in $(BENCH_BIN); do AGENTREPLAY_SHARED=$(SHARED) AGENTREPLAY_BIN=$(CURDIR)/agentreplay $$b || exit 1; done
+
+# Fuzz harnesses: clang's libFuzzer, each for FUZZ_SECONDS.
+FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=build/fuzz/%.o)
+build/fuzz/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+build/fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_LIB_OBJ)
+	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined $^ -o $@ $(LDLIBS)
+fuzz: deps-ok $(FUZZ_BIN)
+	@SHARED=$(SHARED) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz.sh $(FUZZ_BIN)
+
+run: ./agentreplay
+	./agentreplay
+
+install: ./agentreplay
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/agentreplay
+	install -m 755 agentreplay $(DESTDIR)$(PREFIX)/bin/agentreplay
+	for d in engine/presets plots traces/samples; do \
+	  install -d $(DESTDIR)$(PREFIX)/share/agentreplay/$$d; \
+	  cp -r $$d/. $(DESTDIR)$(PREFIX)/share/agentreplay/$$d/; done
+
+# CUDA kernels: built only where nvcc exists (kernels/Makefile.cuda).
+kernels:
+	@if [ -n "$(NVCC)" ] && [ -f kernels/cuda.mk ]; then $(MAKE) --no-print-directory -f kernels/cuda.mk NVCC=$(NVCC); \
+	 else echo "kernels: nvcc not found, CUDA kernels not built"; fi
+
+clean:
+	rm -rf build agentreplay
+
+-include $(LIB_OBJ:.o=.d) $(BUILD)/replay/main.d

@@ -1,0 +1,148 @@
+/* engine.h: the simulated serving engine as a target.
+ *
+ * A cluster of G GPUs split into G/T replicas of tensor-parallel size T,
+ * with a router in front; each replica has a vLLM V1-style scheduler, a
+ * paged KV cache with prefix reuse, speculative decoding and a cost model
+ * that prices every step from the batch's composition (engine/cost.h).
+ *
+ * The engine schedules its steps on a struct loop (replay/loop.h): on the
+ * virtual clock it runs far faster than real time and is deterministic; on
+ * the real clock (serve) it steps on real timers.
+ *
+ * Submitting a call: fill a struct engine_request and call engine_submit().
+ * The engine calls back through req->cb:
+ *   first_token: once, with the time of the first token;
+ *   chunk:       for every emission of tokens (one per decode step, several
+ *                tokens at once under speculative decoding), the first
+ *                token's chunk included;
+ *   done:        once, at the end (all max_tokens emitted, or an error).
+ * Callbacks carry their own time. `done` is always delivered when
+ * loop_now() equals its time, so the caller may schedule follow-up work
+ * from it. first_token and chunk callbacks may be delivered in a batch up
+ * to the time of the next `done` or external event (when the engine
+ * advances a run of identical decode steps in closed form); their times
+ * are exact, and never later than the loop's current time. With
+ * `stepwise` set in the config every step is a separate event.
+ *
+ * The request struct is owned by the caller and must stay valid until
+ * `done`. The block chain it points to must stay valid until `done` too.
+ */
+#ifndef ENGINE_H
+#define ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "replay/loop.h"
+#include "traces/util.h"
+
+struct engine;
+struct engine_request;
+
+enum engine_backend {
+    ENGINE_BACKEND_AUTO = 0,            /* the standard decode path */
+    ENGINE_BACKEND_LATENCY_SPECIALIZED, /* the fused path, where it applies */
+};
+
+enum engine_router {
+    ENGINE_ROUTER_AFFINITY = 0, /* a session's calls go where its prefix is */
+    ENGINE_ROUTER_ROUND_ROBIN,
+    ENGINE_ROUTER_LEAST_LOADED,
+};
+
+enum engine_status {
+    ENGINE_OK = 0,
+    ENGINE_ERR_TOO_LONG = 1,  /* prompt + max_tokens > max_model_len */
+    ENGINE_ERR_CANCELLED = 2, /* engine_cancel() */
+    ENGINE_ERR_NO_SPACE = 3,  /* can never fit in the KV cache */
+};
+
+/* Everything that defines a deployment; engine_config_defaults() fills the
+ * default (Kimi K3, 16 x GB300, TP16, auto, DSpark draft 7). */
+struct engine_config {
+    char model[64];            /* preset name or path to a preset file */
+    char gpu[64];              /* preset name or path */
+    int gpus;                  /* the whole deployment's GPU count */
+    int tp;                    /* tensor-parallel size; replicas = gpus / tp */
+    enum engine_backend backend;
+    enum engine_router router;
+    int block_size;            /* engine KV block size in tokens */
+    int64_t max_num_batched_tokens;
+    int max_num_seqs;
+    int64_t max_model_len;     /* 0: the model's maximum */
+    bool prefix_caching;
+    double gpu_memory_utilization;
+    /* Speculative decoding. */
+    bool spec;                 /* DSpark on */
+    int draft;                 /* draft tokens per step */
+    char acceptance[128];      /* "curve" (default fitted), "fixed:A", or
+                                  "p:0.9,0.8,..." per-position */
+    char calibration[512];     /* measured kernel times file, "" if none */
+    bool force_calibration;    /* accept a file for another GPU kind */
+    bool stepwise;             /* one event per step (for checking) */
+    uint64_t seed;
+    char presets_dir[512];     /* where presets live ("" = built-in search) */
+};
+
+struct engine_cb {
+    void (*first_token)(struct engine_request *r, int64_t t_ns);
+    void (*chunk)(struct engine_request *r, int64_t t_ns, int64_t tokens);
+    void (*done)(struct engine_request *r, int64_t t_ns, enum engine_status st);
+};
+
+struct engine_request {
+    /* Filled by the caller. */
+    uint64_t id;               /* the caller's id, echoed in messages */
+    uint64_t session_key;      /* session tree: affinity routing and cache
+                                  isolation (hashes are salted with it) */
+    int64_t prompt_tokens;
+    int64_t max_tokens;        /* exactly this many are produced */
+    const uint64_t *blocks;    /* trace block ids of the prompt */
+    uint32_t n_blocks;
+    int64_t trace_block_size;  /* tokens per trace block */
+    const struct engine_cb *cb;
+    void *arg;                 /* the caller's pointer */
+    /* Filled by the engine. */
+    int replica;               /* where it was routed */
+    int64_t cached_tokens;     /* prompt tokens served from the prefix cache */
+    int64_t preemptions;       /* times it was preempted */
+    void *priv;                /* engine-private state */
+};
+
+/* Aggregate state, for timelines and the /metrics endpoint. */
+struct engine_stats {
+    int64_t running, waiting;        /* requests now */
+    double kv_used_frac;             /* KV blocks in use / total, all replicas */
+    int64_t prompt_tokens, cached_tokens; /* cumulative */
+    int64_t output_tokens;           /* cumulative */
+    int64_t steps, fallback_steps, preemptions;
+    int64_t busy_ns;                 /* summed over replicas */
+};
+
+void engine_config_defaults(struct engine_config *c);
+/* Parses one engine flag at argv[*i] (e.g. "--gpus", "16"); advances *i.
+ * Returns 1 if consumed, 0 if not an engine flag, -1 on a bad value. */
+int engine_config_flag(struct engine_config *c, int argc, char **argv, int *i,
+                       char *err);
+/* The engine flags, for --help texts. */
+extern const char engine_flags_help[];
+
+/* Validates the layout and memory; on failure a message with the numbers. */
+struct engine *engine_create(const struct engine_config *c, struct loop *l,
+                             char *err);
+void engine_destroy(struct engine *e);
+
+/* Submits a request at loop_now(). Returns 0, or -1 with err set for a
+ * request that is invalid as given (the caller records it as an error). */
+int engine_submit(struct engine *e, struct engine_request *r, char *err);
+/* Cancels a request in flight; its done arrives with ENGINE_ERR_CANCELLED. */
+void engine_cancel(struct engine *e, struct engine_request *r);
+
+void engine_get_stats(const struct engine *e, struct engine_stats *s);
+/* A description for run.json: layout, presets and their sources, derived
+ * capacities. Returns a new json_t* (caller owns), typed void* here to
+ * keep Jansson out of this header. */
+void *engine_describe_json(const struct engine *e);
+int engine_replicas(const struct engine *e);
+
+#endif
