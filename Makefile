@@ -80,8 +80,8 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libagentreplay.a tests/testhelp.h
 
 # Tests run from the repository root with the shared folder named; each
 # prints "N passed, N failed[, N skipped]"; tests/run.sh sums them.
-test: deps-ok ./agentreplay $(TEST_BIN)
-	@AGENTREPLAY_SHARED=$(SHARED) AGENTREPLAY_BIN=$(CURDIR)/agentreplay \
+test: deps-ok $(BUILD)/agentreplay $(TEST_BIN)
+	@AGENTREPLAY_SHARED=$(SHARED) AGENTREPLAY_BIN=$(CURDIR)/$(BUILD)/agentreplay \
 	  sh tests/run.sh $(TEST_BIN)
 
 check: deps-ok
@@ -89,8 +89,8 @@ check: deps-ok
 	  OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	  LDFLAGS="-fsanitize=address,undefined" test
 
-bench: deps-ok ./agentreplay $(BENCH_BIN)
-	@for b in $(BENCH_BIN); do AGENTREPLAY_SHARED=$(SHARED) AGENTREPLAY_BIN=$(CURDIR)/agentreplay $$b || exit 1; done
+bench: deps-ok $(BUILD)/agentreplay $(BENCH_BIN)
+	@for b in $(BENCH_BIN); do AGENTREPLAY_SHARED=$(SHARED) AGENTREPLAY_BIN=$(CURDIR)/$(BUILD)/agentreplay $$b || exit 1; done
 
 # Fuzz harnesses: clang's libFuzzer, each for FUZZ_SECONDS.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)

@@ -1,0 +1,72 @@
+/* preset.h: model and GPU presets, read from JSON data files in
+ * engine/presets/ (models/<name>.json, gpus/<name>.json) with Jansson.
+ * Each file cites its sources; the code holds formulas, not numbers.
+ *
+ * Derived sizes (per GPU at a tensor-parallel size) are functions here so
+ * that the memory planner, the cost model and `engine info` agree. */
+#ifndef PRESET_H
+#define PRESET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum layer_kind {
+    LAYER_KDA = 0, /* linear attention with recurrent state (Kimi Delta Attention) */
+    LAYER_MLA = 1, /* multi-head latent attention */
+    LAYER_GQA = 2, /* grouped-query attention */
+    LAYER_KIND_COUNT
+};
+
+struct model_preset {
+    char name[64];
+    char source[512];           /* where the numbers come from */
+    int n_layers;
+    int n_layers_kind[LAYER_KIND_COUNT];
+    uint8_t layer_kind[256];    /* per layer, 0-based */
+    uint8_t layer_moe[256];     /* 1 if the layer has an MoE block */
+    int hidden, vocab;
+    int64_t max_position;
+    /* Attention. */
+    int n_heads, n_kv_heads, head_dim;
+    int q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
+    int kda_heads, kda_head_dim, kda_conv;
+    /* FFN / MoE. */
+    int dense_intermediate;     /* dense FFN layers */
+    int n_experts, experts_per_token, n_shared_experts;
+    int expert_intermediate, expert_latent; /* latent 0: experts work at hidden */
+    /* Precisions in bits. */
+    double bits_trunk, bits_expert, bits_shared, bits_kv, bits_state;
+    int expert_group;           /* scale group size for MXFP4 (0: none) */
+    /* Speculative drafter (DSpark) as a small dense model. */
+    double drafter_params;      /* parameters */
+    int drafter_layers;
+    double drafter_bits;
+    /* Measured mean acceptance lengths: draft length -> tokens per step. */
+    int n_accept_points;
+    int accept_draft[8];
+    double accept_len[8];
+};
+
+struct gpu_preset {
+    char name[64];
+    char source[512];
+    double hbm_bytes;           /* usable HBM */
+    double hbm_bw;              /* datasheet bytes/s */
+    double flops_fp4, flops_fp8, flops_bf16; /* dense FLOP/s, 0 = unsupported */
+    double link_bw;             /* scale-up bytes/s each way */
+    int nvlink_domain;          /* GPUs in one NVLink domain */
+    char family[32];            /* "blackwell", "hopper" */
+};
+
+/* Loads by name (engine/presets/...) or by path. 0 or -1 with err set. */
+int preset_load_model(const char *name_or_path, struct model_preset *m, char *err);
+int preset_load_gpu(const char *name_or_path, struct gpu_preset *g, char *err);
+
+/* Per GPU at tensor-parallel size tp. */
+double model_weight_bytes_per_gpu(const struct model_preset *m, int tp);
+double model_kv_bytes_per_token_per_gpu(const struct model_preset *m, int tp);
+double model_state_bytes_per_seq_per_gpu(const struct model_preset *m, int tp);
+double model_total_params(const struct model_preset *m);
+double model_active_params(const struct model_preset *m);
+
+#endif
