@@ -6,6 +6,7 @@
 
 int trace_cmd(int argc, char **argv);            /* traces/trace_cmd.c */
 int engine_cmd_info(int argc, char **argv);      /* engine/engine_cmd.c */
+/* engine/bench_cmd.c: */
 int engine_cmd_bench_decode(int argc, char **argv);
 int engine_cmd_fidelity(int argc, char **argv);
 int replay_cmd_sim(int argc, char **argv);       /* replay/sim_cmd.c */
