@@ -18,7 +18,8 @@
  * storage grows with the new blocks each call adds, not with every call's
  * whole chain. Use trace_call_blocks() to read a chain.
  *
- * All memory belongs to the trace (one arena); trace_destroy() frees it.
+ * All memory belongs to the trace (its arena and its three arrays);
+ * trace_destroy() frees it.
  */
 #ifndef TRACE_H
 #define TRACE_H
@@ -90,6 +91,8 @@ struct trace_session {
     uint32_t kind;         /* string: subagent_type, TRACE_NONE for roots */
     uint32_t status;       /* string: recorded status, TRACE_NONE if none */
     uint32_t file;         /* string: the file it was read from */
+    int64_t start_ns;      /* recorded absolute start of a root session
+                              (BurstGPT sessions), -1 if none */
 };
 
 struct trace {
@@ -126,6 +129,15 @@ struct trace *trace_read_mem(const char *data, size_t len, const char *name,
                              const struct trace_read_opts *opts, char *err);
 void trace_destroy(struct trace *t);
 
+/* Checks every invariant of the model (session ranges and links, chain
+ * bases earlier than their calls, counts); 0, or -1 with a message. */
+int trace_verify(const struct trace *t, char *err);
+
+/* Absolute start of each call on its file's timeline (ns): a root call's
+ * t_ns; a subagent call's t_ns plus its session's fork time plus its
+ * parent's. Fills out[n_calls]. */
+void trace_call_abs_times(const struct trace *t, int64_t *out);
+
 /* Writes the native JSONL format (traces/FORMAT.md). */
 int trace_write_native(const struct trace *t, const char *path, char *err);
 
@@ -156,5 +168,33 @@ struct trace_stats {
     double hit_rate_full_blocks;   /* only full blocks counted */
 };
 void trace_stats_compute(const struct trace *t, struct trace_stats *s);
+/* The same as one JSON object (trace stats --json); caller owns it. */
+struct json_t;
+struct json_t *trace_stats_json(const struct trace *t, const struct trace_stats *s);
+
+/* The generator (trace synth). Every field has a default (synth_defaults)
+ * taken from the statistics of the public agentic traces. */
+struct trace_synth_params {
+    uint32_t sessions;          /* root sessions */
+    uint64_t seed;
+    int64_t block_size;         /* tokens per block */
+    double initial_mu, initial_sigma;  /* lognormal first prompt (tokens) */
+    double calls_mu, calls_sigma;      /* lognormal calls per root session */
+    double growth_mu, growth_sigma;    /* lognormal new tokens per call */
+    double output_mu, output_sigma;    /* lognormal output tokens */
+    double think_mu, think_sigma;      /* lognormal think time (s) */
+    double think_max_s;                /* cap on one think time */
+    double api_s_per_ktok;             /* recorded api time per 1k output */
+    double subagent_p;                 /* chance a call forks a subagent */
+    uint32_t subagent_calls_mean;      /* mean calls of a subagent */
+    double subagent_initial;           /* subagent first prompt (tokens) */
+    double compact_p;                  /* chance a call compacts context */
+    double compact_keep;               /* fraction kept by a compaction */
+    int64_t max_prompt;                /* context limit (tokens) */
+    const char *model, *subagent_model;
+};
+void trace_synth_defaults(struct trace_synth_params *p);
+/* Builds a trace in memory (format TRACE_FMT_NATIVE). */
+struct trace *trace_synth(const struct trace_synth_params *p, char *err);
 
 #endif

@@ -1,0 +1,77 @@
+/* trace_internal.h: what the trace readers share: a builder that appends
+ * sessions and calls to a trace, interns strings and stores block chains
+ * compactly, plus small parsing helpers. Not for use outside traces/.
+ */
+#ifndef TRACE_INTERNAL_H
+#define TRACE_INTERNAL_H
+
+#include <jansson.h>
+
+#include "traces/trace.h"
+
+/* Bounds beyond which a count or a time is rejected as absurd. */
+#define TRACE_MAX_TOKENS 100000000LL  /* 1e8 tokens in one prompt */
+#define TRACE_MAX_OUTPUT 10000000LL   /* 1e7 output tokens */
+#define TRACE_MAX_SECONDS 1e9         /* about 31 years */
+#define TRACE_MAX_BLOCK_SIZE 1048576
+
+struct tb {
+    struct trace *t;
+    size_t cap_calls, cap_sessions, cap_strings;
+    uint32_t *str_tab;     /* open addressing: string index + 1, 0 empty */
+    size_t str_mask;
+    /* Prefix table for global-scope traces: chained prefix hash -> call
+     * that first had that prefix (0 key = empty). */
+    uint64_t *pfx_key;
+    uint32_t *pfx_call;
+    size_t pfx_mask, pfx_used;
+    bool use_pfx;
+    /* The chain of the last call appended (its session's previous call). */
+    uint64_t *last;
+    uint32_t n_last, cap_last, last_call;
+    uint64_t *scratch;
+    uint32_t cap_scratch;
+    uint32_t global_scope_id; /* AgentX files with hash_id_scope global */
+};
+
+void tb_init(struct tb *b, enum trace_format f);
+/* Hands over the finished trace (computes digest and counts; verifies). */
+struct trace *tb_finish(struct tb *b);
+void tb_abort(struct tb *b);
+uint32_t tb_str(struct tb *b, const char *s); /* NULL -> TRACE_NONE */
+uint32_t tb_str_n(struct tb *b, const char *s, size_t n);
+/* A new session (fields default: root of itself, no calls, times -1). */
+uint32_t tb_session(struct tb *b, uint32_t parent);
+/* Appends a call to session s, which must be the session of the last call
+ * appended or have no calls yet. Copies ids. Returns the call index. */
+uint32_t tb_call(struct tb *b, uint32_t s, const struct trace_call *proto,
+                 const uint64_t *ids, uint32_t n_ids);
+/* Appends a call stored as (base, n_shared, suffix) (the native reader);
+ * checks base < the new index and n_shared <= base's n_blocks. */
+int tb_call_compact(struct tb *b, uint32_t s, const struct trace_call *proto,
+                    uint32_t base, uint32_t n_shared, const uint64_t *suffix,
+                    uint32_t n_suffix, char *err);
+void tb_call_init(struct trace_call *c);
+
+/* Join strings of a JSON array of strings with ','; -1 if not strings. */
+int tb_json_str_list(struct tb *b, json_t *a, uint32_t *out);
+
+/* Readers: each fills b from data (NUL-terminated, len bytes). `name`
+ * appears in messages. */
+int trace_read_agentx_doc(struct tb *b, const char *data, size_t len,
+                          const char *name, bool skip_bad, char *err);
+int trace_read_mooncake(struct tb *b, const char *data, size_t len,
+                        const char *name, bool skip_bad, char *err);
+int trace_read_azure(struct tb *b, const char *data, size_t len,
+                     const char *name, bool skip_bad, char *err);
+int trace_read_burstgpt(struct tb *b, const char *data, size_t len,
+                        const char *name, bool skip_bad, char *err);
+int trace_read_native(struct tb *b, const char *data, size_t len,
+                      const char *name, bool skip_bad, char *err);
+
+/* Seconds (a JSON number) to ns, with range checks; -1 on error. */
+int tb_seconds_ns(json_t *v, int64_t *ns);
+/* Line and column (1-based) of byte offset off in data. */
+void tb_line_col(const char *data, size_t off, size_t *line, size_t *col);
+
+#endif
