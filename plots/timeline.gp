@@ -1,0 +1,60 @@
+# timeline.gp: a run over time: live sessions and running calls, waiting
+# calls, KV cache use, prefix hit rate, tokens/s (six panels).
+# Data (data, default timeline_data.csv): one block per configuration, its
+# first line the configuration's name; columns: t_s, live_sessions,
+# running, waiting, kv_used_pct, prefix_hit_pct, tokens_per_s,
+# output_tokens_per_s.
+# Variables: n (blocks), tunit (1: seconds, 60: minutes), ylive, yrun,
+# ywait, ytok (axis tops), sub (the run shown), warn (a warning in red, or
+# '').
+if (!exists("data")) data = 'timeline_data.csv'
+if (!exists("tunit")) tunit = 1
+if (!exists("sub")) sub = ''
+if (!exists("warn")) warn = ''
+if (!exists("ylive")) ylive = 1
+if (!exists("yrun")) yrun = 1
+if (!exists("ywait")) ywait = 1
+if (!exists("ytok")) ytok = 1
+load 'common.gp'
+tl = (tunit == 60) ? "time (min)" : "time (s)"
+top = (warn ne '') ? 0.86 : 0.9
+set multiplot layout 2,3 title sprintf("Timeline of the run at %s (one value per second)", sub) font f_title margins 0.07,0.98,0.2,top spacing 0.08,0.14
+if (warn ne '') set label 99 warn at screen 0.5, 0.915 center textcolor rgb '#B00000' font f_warn
+set xlabel tl
+set mxtics 2
+set mytics 2
+set key at screen 0.5, 0.02 center bottom vertical maxrows 3 width 2
+
+set title "Live sessions"
+set ylabel "sessions"
+set yrange [0:ylive]
+plot for [i=0:n-1] data index i using ($1/tunit):2 with steps lt (i+1) lw 1.5 title columnheader(1)
+
+unset label 99
+set key off
+set title "Running calls"
+set yrange [0:yrun]
+set ylabel "calls"
+plot for [i=0:n-1] data index i using ($1/tunit):3 with steps lt (i+1) lw 1.5 notitle
+
+set title "Calls waiting for admission"
+set yrange [0:ywait]
+set ylabel "calls"
+plot for [i=0:n-1] data index i using ($1/tunit):4 with steps lt (i+1) lw 1.5 notitle
+
+set title "KV cache in use"
+set ylabel "% of KV blocks"
+set yrange [0:105]
+plot for [i=0:n-1] data index i using ($1/tunit):5 with lines lt (i+1) lw 1.5 notitle
+
+set title "Prefix-cache hit rate (per second)"
+set ylabel "% of prompt tokens from cache"
+set yrange [0:105]
+plot for [i=0:n-1] data index i using ($1/tunit):6 with lines lt (i+1) lw 1 notitle
+
+set title "Throughput (solid: total, dashed: output)"
+set ylabel "tokens/s (whole deployment)"
+set yrange [0:ytok]
+plot for [i=0:n-1] data index i using ($1/tunit):7 with lines lt (i+1) lw 1 notitle, \
+     for [i=0:n-1] data index i using ($1/tunit):8 with lines lt (i+1) lw 1 dt 2 notitle
+unset multiplot
