@@ -19,6 +19,7 @@
 #define COST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/engine.h"
@@ -48,6 +49,7 @@ struct cost_result {
     bool fallback;           /* specialized path asked, standard used */
     bool specialized;        /* the specialized path priced the step */
     int kernels_per_layer;   /* mean over layers */
+    int64_t layers_ns;       /* all layers together (addition) */
 };
 
 /* One kernel's share in a breakdown. */
@@ -76,5 +78,58 @@ int cost_breakdown(const struct cost_model *c, const struct cost_batch *b,
 
 /* Names of kernels whose analytic cost a calibration file replaced. */
 int cost_calibrated_kernels(const struct cost_model *c, const char **names, int cap);
+
+/* ---- additions ---- */
+
+/* Paths and scopes as numbers: path 0 = auto (standard), 1 =
+ * latency_specialized; scope = a layer kind, or COST_SCOPE_STEP for the
+ * per-step kernels (embedding, LM head, sampler, drafter). */
+#define COST_PATH_AUTO 0
+#define COST_PATH_SPECIALIZED 1
+#define COST_SCOPE_STEP LAYER_KIND_COUNT
+
+/* Kernel names of one path and scope (MoE or dense FFN variant) at a
+ * decode batch; returns the count. */
+int cost_kernel_names(const struct cost_model *c, int path, int scope, bool moe,
+                      int batch, const char **names, int cap);
+
+/* Whether the specialized path would price this batch (for the layout the
+ * model was created with, whatever its backend). */
+bool cost_specialized_applies(const struct cost_model *c, const struct cost_batch *b);
+
+/* Loads a calibration file from memory (format: engine/CALIBRATION.md). */
+int cost_load_calibration_mem(struct cost_model *c, const char *text, size_t len,
+                              const char *label, bool force, char *err);
+
+/* Overrides the fitted per-kernel floor and per-step overhead (ns); used
+ * by the fit itself and by tests. */
+void cost_set_fit(struct cost_model *c, double floor_ns, double overhead_ns);
+
+/* Fits the floor and overhead to the calibration point (kimi-k3, GB300,
+ * TP16, batch 1, isl 1, osl 1000: 256.4 tok/s specialized, 136.4 auto)
+ * for the given presets; returns 0 or -1 with err set. */
+int cost_fit(const struct model_preset *m, const struct gpu_preset *g, int tp,
+             double spec_tok_s, double auto_tok_s, double *floor_ns,
+             double *overhead_ns, char *err);
+
+/* The fixed-batch decode measurement (metrics.md): prefill of `batch`
+ * prompts of isl tokens, then decode steps until each request has osl
+ * tokens. With draft > 0, each verification step emits accept_len tokens
+ * per request on average (fractional lengths alternate deterministically)
+ * and verifies draft + 1 positions. */
+struct cost_decode_run {
+    double decode_tok_s;     /* aggregate: B * (osl - 1) / decode wall time */
+    double decode_s;         /* decode phase wall time */
+    double prefill_s;
+    double step_us;          /* mean decode step */
+    double layer_us;         /* mean per layer of a decode step (drafter,
+                                overhead and per-step kernels excluded) */
+    double layer_us_kind[LAYER_KIND_COUNT];
+    double drafter_us, overhead_us;
+    int kernels_per_layer;
+    int64_t steps, fallback_steps;
+};
+int cost_decode_run(const struct cost_model *c, int batch, int64_t isl, int64_t osl,
+                    int draft, double accept_len, struct cost_decode_run *out, char *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* preset.h: model and GPU presets, read from JSON data files in
  * engine/presets/ (models/<name>.json, gpus/<name>.json) with Jansson.
  * Each file cites its sources; the code holds formulas, not numbers.
+ * The file formats are described in engine/presets/README.md.
  *
  * Derived sizes (per GPU at a tensor-parallel size) are functions here so
  * that the memory planner, the cost model and `engine info` agree. */
@@ -8,6 +9,7 @@
 #define PRESET_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum layer_kind {
@@ -16,6 +18,8 @@ enum layer_kind {
     LAYER_GQA = 2, /* grouped-query attention */
     LAYER_KIND_COUNT
 };
+
+#define PRESET_MAX_LAYERS 256
 
 struct model_preset {
     char name[64];
@@ -45,6 +49,11 @@ struct model_preset {
     int n_accept_points;
     int accept_draft[8];
     double accept_len[8];
+    /* Additions (cost model). */
+    bool mla_output_gate;       /* gated MLA: hidden -> heads*v gate projection */
+    bool kda_full_rank_gate;    /* full-rank forget/output gates in KDA */
+    bool specialized_path;      /* a latency-specialized decode path exists */
+    int n_moe_layers;           /* layers with an MoE block */
 };
 
 struct gpu_preset {
@@ -56,11 +65,48 @@ struct gpu_preset {
     double link_bw;             /* scale-up bytes/s each way */
     int nvlink_domain;          /* GPUs in one NVLink domain */
     char family[32];            /* "blackwell", "hopper" */
+    /* Additions (cost model). Fractions of the datasheet figure that each
+     * kernel class achieves (engine/CALIBRATION.md says why). */
+    double eff_stream;          /* weight-streaming GEMV/GEMM, tuned small-M */
+    double eff_gemm;            /* generic tiled GEMM at small M (standard path) */
+    double eff_grouped;         /* grouped MoE GEMM over scattered experts */
+    double eff_attention;       /* attention / recurrent-state kernels */
+    double eff_elementwise;     /* norms, activations, copies */
+    double eff_compute;         /* tensor-core FLOP rate */
+    /* Small all-reduce latency in one NVLink domain, ns, at 16 KiB and at
+     * 1 MiB: a one-shot custom kernel, symmetric-memory multimem and the
+     * library (NCCL) path. */
+    double ar_oneshot_ns, ar_oneshot_1m_ns;
+    double ar_library_ns, ar_library_1m_ns;
+    double ar_multimem_ns, ar_multimem_1m_ns; /* symmetric-memory multimem;
+                                                 0 = not available */
+    /* Fitted to the calibration point (engine/CALIBRATION.md). */
+    double kernel_floor_ns;     /* per kernel ramp-up/tail */
+    double step_overhead_ns;    /* per engine step (scheduling, launch, sampling) */
 };
 
 /* Loads by name (engine/presets/...) or by path. 0 or -1 with err set. */
 int preset_load_model(const char *name_or_path, struct model_preset *m, char *err);
 int preset_load_gpu(const char *name_or_path, struct gpu_preset *g, char *err);
+/* Parses from memory; label names the input in messages. */
+int preset_parse_model(const char *text, size_t len, const char *label,
+                       struct model_preset *m, char *err);
+int preset_parse_gpu(const char *text, size_t len, const char *label,
+                     struct gpu_preset *g, char *err);
+
+/* Parameter counts of one layer, split by where the weights live. */
+struct layer_params {
+    double attn_sharded;        /* attention weights split across TP ranks */
+    double attn_replicated;     /* attention weights every rank holds */
+    double router;              /* router (replicated) */
+    double shared;              /* shared experts (sharded) */
+    double latent_proj;         /* hidden <-> expert latent projections */
+    double expert_each;         /* one routed expert */
+    double n_experts;           /* routed experts in the layer (0: dense) */
+    double dense_ffn;           /* dense FFN (sharded) */
+};
+void model_layer_params(const struct model_preset *m, int layer,
+                        struct layer_params *p);
 
 /* Per GPU at tensor-parallel size tp. */
 double model_weight_bytes_per_gpu(const struct model_preset *m, int tp);
@@ -68,5 +114,11 @@ double model_kv_bytes_per_token_per_gpu(const struct model_preset *m, int tp);
 double model_state_bytes_per_seq_per_gpu(const struct model_preset *m, int tp);
 double model_total_params(const struct model_preset *m);
 double model_active_params(const struct model_preset *m);
+
+/* Distinct routed experts touched by `tokens` tokens under uniform
+ * routing: E * (1 - (1 - k/E)^tokens). */
+double model_experts_touched(const struct model_preset *m, double tokens);
+
+const char *layer_kind_name(int kind); /* "kda", "mla", "gqa" */
 
 #endif
