@@ -145,4 +145,35 @@ void engine_get_stats(const struct engine *e, struct engine_stats *s);
 void *engine_describe_json(const struct engine *e);
 int engine_replicas(const struct engine *e);
 
+/* ---- additions: checking, per-replica statistics, step trace ---- */
+
+/* Called after every replica step boundary is processed (after each step
+ * with `stepwise`; after each closed-form run otherwise). Tests run
+ * engine_verify() from it. */
+typedef void (*engine_step_hook_fn)(struct engine *e, int replica, void *arg);
+void engine_set_step_hook(struct engine *e, engine_step_hook_fn fn, void *arg);
+/* Walks every replica's scheduler and KV cache (sched_verify, kv_verify)
+ * and the engine's event order. 0, or -1 with err. */
+int engine_verify(const struct engine *e, char *err);
+
+struct engine_replica_stats {
+    int64_t running, waiting;
+    int64_t kv_blocks, kv_blocks_used;  /* pool, and in use (checkpoints included) */
+    int64_t kv_blocks_cached;           /* free but reusable */
+    int64_t checkpoints, evictions;
+    int64_t steps, closed_form_runs, closed_form_steps;
+};
+void engine_get_replica_stats(const struct engine *e, int replica,
+                              struct engine_replica_stats *st);
+
+/* Chrome trace (chrome://tracing, Perfetto): every step as a complete
+ * event per replica (pid = replica), and the kernels of the step with
+ * global index kernel_step (0-based, in order of completion; -1: none)
+ * laid out layer by layer from cost_breakdown(). Close before reading. */
+int engine_trace_open(struct engine *e, const char *path, int64_t kernel_step, char *err);
+void engine_trace_close(struct engine *e);
+
+const char *engine_backend_name(enum engine_backend b);
+const char *engine_router_name(enum engine_router r);
+
 #endif

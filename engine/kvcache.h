@@ -1,0 +1,109 @@
+/* kvcache.h: one replica's paged KV cache with prefix reuse.
+ *
+ * The pool is counted in units of one KV block (block_size tokens of KV on
+ * every layer). A block is in one of three states:
+ *   - in use (ref > 0), held by one or more running requests;
+ *   - free and cached (ref == 0, hashed): on the LRU list, reusable by a
+ *     prefix hit until evicted;
+ *   - free and empty: on the empty stack (or never touched yet).
+ * Allocation takes an empty block first and evicts the least recently
+ * freed cached block only when none is empty. (vLLM keeps one free queue
+ * for both kinds; taking empty blocks first never evicts a cached block
+ * while an empty one is free, and is otherwise the same LRU order.)
+ * Requests release their blocks tail first, so chain tails are evicted
+ * before their heads.
+ *
+ * Hybrid models (KDA layers with recurrent state) can only resume from a
+ * prefix whose recurrent state was saved: a state checkpoint attached to
+ * the block that ends the prefix. A checkpoint costs `ckpt_units` units of
+ * the same pool; it lives while its block is cached and is released with
+ * it. Where checkpoints are placed is the scheduler's choice (sched.h).
+ *
+ * Block structs are created on first use, so a huge pool costs memory only
+ * for the blocks a run touches. */
+#ifndef KVCACHE_H
+#define KVCACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define KV_NONE UINT32_MAX
+
+enum {
+    KV_HASHED = 1, /* has a content hash, registered in the table */
+    KV_CKPT = 2,   /* carries a recurrent-state checkpoint */
+    KV_LRU = 4,    /* on the LRU list (free, cached) */
+};
+
+struct kv_block {
+    uint64_t hash;       /* content hash (chained), valid with KV_HASHED */
+    uint32_t ref;        /* requests holding it */
+    uint32_t prev, next; /* LRU links (KV_NONE at the ends); next also links
+                            the empty stack */
+    uint8_t flags;
+};
+
+struct kvcache {
+    int64_t total_units;     /* pool size in block units */
+    int64_t free_units;      /* units not used by any block or checkpoint */
+    int64_t lru_units;       /* units held by free cached blocks (+ ckpts) */
+    int64_t ckpt_units;      /* units one checkpoint costs (0: no checkpoints) */
+    int64_t used_blocks;     /* blocks with ref > 0 */
+    int64_t n_ckpt;          /* checkpoints alive */
+    struct kv_block *b;      /* block structs [0, n_made) */
+    uint32_t n_made, cap_made;
+    uint32_t empty_head;     /* stack of empty made blocks */
+    uint32_t lru_head, lru_tail; /* head = least recently freed */
+    int64_t n_lru;
+    /* Open-addressing table hash -> block index (linear probing). */
+    uint64_t *tkey;
+    uint32_t *tval;
+    uint32_t tcap, tn;       /* capacity (power of 2), entries */
+    /* Counters. */
+    int64_t evictions, ckpt_evictions, ckpt_made;
+};
+
+void kv_init(struct kvcache *kv, int64_t total_units, int64_t ckpt_units);
+void kv_free(struct kvcache *kv);
+
+/* Units an allocation could get now: free + evictable. */
+static inline int64_t kv_available(const struct kvcache *kv)
+{
+    return kv->free_units + kv->lru_units;
+}
+/* Units a block would stop being evictable for if acquired (0 if in use). */
+static inline int64_t kv_block_lru_units(const struct kvcache *kv, uint32_t i)
+{
+    const struct kv_block *b = &kv->b[i];
+    if (!(b->flags & KV_LRU))
+        return 0;
+    return 1 + ((b->flags & KV_CKPT) ? kv->ckpt_units : 0);
+}
+
+/* Block holding content `hash`, or KV_NONE. */
+uint32_t kv_lookup(const struct kvcache *kv, uint64_t hash);
+/* Takes one more reference on a block (removes it from the LRU list). */
+void kv_acquire(struct kvcache *kv, uint32_t i);
+/* A fresh empty block with ref 1, evicting if needed; KV_NONE if the pool
+ * is exhausted. */
+uint32_t kv_alloc(struct kvcache *kv);
+/* Drops one reference; at zero a hashed block goes to the LRU list's
+ * most-recent end, an unhashed one back to the empty stack. */
+void kv_release(struct kvcache *kv, uint32_t i);
+/* Registers a full block's content hash. If another block already holds
+ * that content, the table keeps the older one and this block stays
+ * unhashed. */
+void kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash);
+/* Attaches a state checkpoint to hashed block i (in use), evicting other
+ * cached blocks if needed. Returns 0, or -1 if there is no room (then no
+ * checkpoint is made). */
+int kv_checkpoint(struct kvcache *kv, uint32_t i);
+static inline bool kv_has_ckpt(const struct kvcache *kv, uint32_t i)
+{
+    return (kv->b[i].flags & KV_CKPT) != 0;
+}
+
+/* Walks every structure and checks the counts agree; 0 or -1 with err. */
+int kv_verify(const struct kvcache *kv, char *err);
+
+#endif

@@ -1,0 +1,828 @@
+/* sched.c: one replica's vLLM V1-style scheduler, prefix cache use,
+ * speculative accounting and the advance of steps, one by one or in
+ * closed-form runs (see sched.h). */
+#include "engine/sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "traces/util.h"
+
+/* Longest closed-form run, in steps, and the scratch it may use. */
+#define RUN_MAX_STEPS 65536
+#define RUN_MAX_EMITS (4 << 20)
+
+/* ---- pricing ---- */
+
+struct price_entry {
+    uint64_t key;     /* 0 = empty */
+    int64_t ns;
+    bool fallback;
+};
+
+struct sched_pricer {
+    const struct cost_model *cost;
+    struct price_entry *t;
+    uint32_t cap, n;
+    int64_t calls;    /* cost_step calls (statistics) */
+};
+
+struct sched_pricer *pricer_create(const struct cost_model *c)
+{
+    struct sched_pricer *p = xcalloc(1, sizeof *p);
+    p->cost = c;
+    p->cap = 4096;
+    p->t = xcalloc(p->cap, sizeof *p->t);
+    return p;
+}
+
+void pricer_destroy(struct sched_pricer *p)
+{
+    if (!p)
+        return;
+    free(p->t);
+    free(p);
+}
+
+static void pricer_put(struct sched_pricer *p, uint64_t key, int64_t ns, bool fb);
+
+static void pricer_grow(struct sched_pricer *p)
+{
+    struct price_entry *old = p->t;
+    uint32_t oc = p->cap;
+    p->cap *= 2;
+    p->t = xcalloc(p->cap, sizeof *p->t);
+    p->n = 0;
+    for (uint32_t i = 0; i < oc; i++)
+        if (old[i].key)
+            pricer_put(p, old[i].key, old[i].ns, old[i].fallback);
+    free(old);
+}
+
+static void pricer_put(struct sched_pricer *p, uint64_t key, int64_t ns, bool fb)
+{
+    if ((p->n + 1) * 2 > p->cap)
+        pricer_grow(p);
+    uint32_t m = p->cap - 1;
+    uint32_t i = (uint32_t)hash_mix(key, 0) & m;
+    while (p->t[i].key)
+        i = (i + 1) & m;
+    p->t[i].key = key;
+    p->t[i].ns = ns;
+    p->t[i].fallback = fb;
+    p->n++;
+}
+
+/* Decode-only step at a grid point of sum_ctx. */
+static int64_t pricer_grid(struct sched_pricer *p, const struct cost_batch *b,
+                           int64_t g, bool *fb)
+{
+    uint64_t key = ((uint64_t)(uint32_t)b->n_decode << 44) ^
+                   ((uint64_t)(b->decode_positions & 0xff) << 36) ^
+                   ((uint64_t)(b->draft & 0xff) << 28) ^ (uint64_t)g ^ (1ULL << 63);
+    uint32_t m = p->cap - 1;
+    for (uint32_t i = (uint32_t)hash_mix(key, 0) & m; p->t[i].key; i = (i + 1) & m)
+        if (p->t[i].key == key) {
+            *fb = p->t[i].fallback;
+            return p->t[i].ns;
+        }
+    struct cost_batch q = *b;
+    q.sum_ctx = g * PRICE_GRID;
+    struct cost_result r;
+    cost_step(p->cost, &q, &r);
+    p->calls++;
+    pricer_put(p, key, r.step_ns, r.fallback);
+    *fb = r.fallback;
+    return r.step_ns;
+}
+
+int64_t pricer_step(struct sched_pricer *p, const struct cost_batch *b, bool *fallback)
+{
+    if (b->n_prefill || b->n_decode <= 0 || b->n_decode >= (1 << 19) || b->sum_ctx < 0 ||
+        b->sum_ctx / PRICE_GRID >= (1LL << 27)) {
+        struct cost_result r;
+        cost_step(p->cost, b, &r);
+        p->calls++;
+        *fallback = r.fallback;
+        return r.step_ns;
+    }
+    int64_t g = b->sum_ctx / PRICE_GRID, off = b->sum_ctx - g * PRICE_GRID;
+    bool fb1;
+    int64_t c0 = pricer_grid(p, b, g, fallback);
+    if (!off)
+        return c0;
+    int64_t c1 = pricer_grid(p, b, g + 1, &fb1);
+    return c0 + ((c1 - c0) * off) / PRICE_GRID;
+}
+
+/* ---- requests ---- */
+
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int positions(const struct sched *s) { return s->p.spec->draft + 1; }
+
+void sched_init(struct sched *s, int index, const struct sched_params *p,
+                struct sched_pricer *pricer, struct loop *l)
+{
+    memset(s, 0, sizeof *s);
+    s->index = index;
+    s->p = *p;
+    s->pricer = pricer;
+    s->loop = l;
+    kv_init(&s->kv, p->kv_units, p->hybrid && p->prefix_caching ? p->ckpt_units : 0);
+}
+
+static void sreq_destroy(struct sreq *q)
+{
+    free(q);
+}
+
+void sched_free(struct sched *s)
+{
+    for (int i = 0; i < s->n_running; i++)
+        sreq_destroy(s->running[i]);
+    for (struct sreq *q = s->whead, *n; q; q = n) {
+        n = q->wnext;
+        sreq_destroy(q);
+    }
+    free(s->running);
+    free(s->batch);
+    free(s->run_end);
+    free(s->run_emit);
+    free(s->run_fb);
+    kv_free(&s->kv);
+    memset(s, 0, sizeof *s);
+}
+
+static void wq_append(struct sched *s, struct sreq *q)
+{
+    q->wnext = NULL;
+    q->wprev = s->wtail;
+    if (s->wtail)
+        s->wtail->wnext = q;
+    else
+        s->whead = q;
+    s->wtail = q;
+    s->n_waiting++;
+}
+
+static void wq_prepend(struct sched *s, struct sreq *q)
+{
+    q->wprev = NULL;
+    q->wnext = s->whead;
+    if (s->whead)
+        s->whead->wprev = q;
+    else
+        s->wtail = q;
+    s->whead = q;
+    s->n_waiting++;
+}
+
+static void wq_remove(struct sched *s, struct sreq *q)
+{
+    if (q->wprev)
+        q->wprev->wnext = q->wnext;
+    else
+        s->whead = q->wnext;
+    if (q->wnext)
+        q->wnext->wprev = q->wprev;
+    else
+        s->wtail = q->wprev;
+    q->wnext = q->wprev = NULL;
+    s->n_waiting--;
+}
+
+static void running_push(struct sched *s, struct sreq *q)
+{
+    if (s->n_running == s->cap_running) {
+        s->cap_running = s->cap_running ? s->cap_running * 2 : 64;
+        s->running = xrealloc(s->running, (size_t)s->cap_running * sizeof *s->running);
+    }
+    s->running[s->n_running++] = q;
+}
+
+int sched_submit(struct sched *s, struct engine_request *r, char *err)
+{
+    int bs = s->p.block_size;
+    if (r->prompt_tokens < 1)
+        return err_set(err, "request %llu: prompt_tokens %lld: must be at least 1",
+                       (unsigned long long)r->id, (long long)r->prompt_tokens);
+    if (r->max_tokens < 1)
+        return err_set(err, "request %llu: max_tokens %lld: must be at least 1",
+                       (unsigned long long)r->id, (long long)r->max_tokens);
+    uint32_t ratio = 0;
+    if (r->n_blocks) {
+        if (!r->blocks)
+            return err_set(err, "request %llu: %u blocks but no block array",
+                           (unsigned long long)r->id, r->n_blocks);
+        if (r->trace_block_size < 1 || r->trace_block_size % bs)
+            return err_set(err, "request %llu: engine block size %d does not divide the "
+                           "trace block size %lld", (unsigned long long)r->id, bs,
+                           (long long)r->trace_block_size);
+        ratio = (uint32_t)(r->trace_block_size / bs);
+    }
+    int64_t total = r->prompt_tokens + r->max_tokens;
+    uint32_t cap_blk = (uint32_t)cdiv(total + positions(s), bs) + 1;
+    uint32_t cap_hash = (uint32_t)(total / bs) + 1;
+    size_t sz = sizeof(struct sreq) + (size_t)cap_hash * 8 + (size_t)cap_blk * 4;
+    struct sreq *q = xmalloc(sz);
+    memset(q, 0, sizeof *q);
+    q->hash = (uint64_t *)(q + 1);
+    q->blk = (uint32_t *)(q->hash + cap_hash);
+    q->cap_hash = cap_hash;
+    q->cap_blk = cap_blk;
+    q->r = r;
+    q->s = s;
+    q->arrival_ns = loop_now(s->loop);
+    q->num_tokens = r->prompt_tokens;
+    q->chain_ratio = ratio;
+    int64_t chain_blocks = (int64_t)r->n_blocks * ratio;
+    q->prompt_full = r->prompt_tokens / bs;
+    q->n_chain = chain_blocks < q->prompt_full ? chain_blocks : q->prompt_full;
+    q->chain_seed = hash_mix(0x6b76636861696e00ULL, r->session_key);
+    q->key = hash_mix(r->id, r->session_key);
+    q->salt = hash_mix(q->key ^ 0x73616c7400000000ULL, (uint64_t)q->arrival_ns);
+    q->state = SREQ_WAITING;
+    r->priv = q;
+    r->replica = s->index;
+    r->cached_tokens = 0;
+    r->preemptions = 0;
+    /* Errors that are not the caller's input arrive as done at the next
+     * boundary. */
+    if (total > s->p.max_model_len)
+        q->cancelled = true, q->fail = ENGINE_ERR_TOO_LONG;
+    else if (cdiv(total + positions(s), bs) > s->p.kv_units)
+        q->cancelled = true, q->fail = ENGINE_ERR_NO_SPACE;
+    s->outstanding++;
+    s->prompt_tokens += r->prompt_tokens;
+    wq_append(s, q);
+    return 0;
+}
+
+void sched_cancel(struct sched *s, struct engine_request *r)
+{
+    struct sreq *q = r->priv;
+    if (!q || q->state == SREQ_DONE)
+        return;
+    q->cancelled = true;
+}
+
+/* Hash of full block i of q's tokens (hash[i-1] must be known). */
+static uint64_t block_hash(const struct sreq *q, uint32_t i)
+{
+    uint64_t prev = i ? q->hash[i - 1] : q->chain_seed;
+    uint64_t content;
+    if ((int64_t)i < q->n_chain) {
+        uint64_t id = q->r->blocks[i / q->chain_ratio];
+        content = hash_mix(id ^ q->chain_seed, i % q->chain_ratio);
+    } else {
+        content = hash_mix(q->salt, i);
+    }
+    return hash_mix(prev, content);
+}
+
+static void ensure_hashes(struct sreq *q, uint32_t upto)
+{
+    ASSERT(upto <= q->cap_hash);
+    while (q->n_hash < upto) {
+        q->hash[q->n_hash] = block_hash(q, q->n_hash);
+        q->n_hash++;
+    }
+}
+
+static void release_blocks(struct sched *s, struct sreq *q)
+{
+    /* Tail first, so that chain tails are evicted before their heads. */
+    for (uint32_t i = q->n_blk; i-- > 0;)
+        kv_release(&s->kv, q->blk[i]);
+    q->n_blk = 0;
+    q->n_committed = 0;
+}
+
+/* Registers newly full blocks and places prompt checkpoints. */
+static void commit_blocks(struct sched *s, struct sreq *q)
+{
+    if (!s->p.prefix_caching)
+        return;
+    int bs = s->p.block_size;
+    uint32_t full = (uint32_t)(q->num_computed / bs);
+    if (full > q->n_blk)
+        full = q->n_blk;
+    if (full <= q->n_committed)
+        return;
+    ensure_hashes(q, full);
+    for (uint32_t i = q->n_committed; i < full; i++) {
+        kv_commit(&s->kv, q->blk[i], q->hash[i]);
+        if (s->kv.ckpt_units && (int64_t)i + 1 <= q->prompt_full &&
+            (((int64_t)i + 1) % s->p.ckpt_interval == 0 || (int64_t)i + 1 == q->prompt_full))
+            kv_checkpoint(&s->kv, q->blk[i]);
+    }
+    q->n_committed = full;
+}
+
+static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engine_status st)
+{
+    release_blocks(s, q);
+    q->state = SREQ_DONE;
+    s->outstanding--;
+    s->finished++;
+    struct engine_request *r = q->r;
+    r->priv = NULL;
+    sreq_destroy(q);
+    if (r->cb && r->cb->done)
+        r->cb->done(r, t, st);
+}
+
+static void preempt(struct sched *s, struct sreq *q)
+{
+    release_blocks(s, q);
+    q->num_computed = 0;
+    q->state = SREQ_WAITING;
+    q->r->preemptions++;
+    s->preemptions++;
+    wq_prepend(s, q);
+}
+
+/* Allocates blocks so that q holds ceil(tokens / bs). */
+static bool grow_blocks(struct sched *s, struct sreq *q, int64_t tokens)
+{
+    uint32_t want = (uint32_t)cdiv(tokens, s->p.block_size);
+    ASSERT(want <= q->cap_blk);
+    if (want <= q->n_blk)
+        return true;
+    if (want - q->n_blk > kv_available(&s->kv))
+        return false;
+    while (q->n_blk < want) {
+        uint32_t b = kv_alloc(&s->kv);
+        ASSERT(b != KV_NONE);
+        q->blk[q->n_blk++] = b;
+    }
+    return true;
+}
+
+/* Frees blocks beyond ceil(tokens / bs) (rejected draft slots). */
+static void trim_blocks(struct sched *s, struct sreq *q, int64_t tokens)
+{
+    uint32_t want = (uint32_t)cdiv(tokens, s->p.block_size);
+    while (q->n_blk > want) {
+        q->n_blk--;
+        kv_release(&s->kv, q->blk[q->n_blk]);
+    }
+    if (q->n_committed > q->n_blk)
+        q->n_committed = q->n_blk;
+}
+
+static void batch_push(struct sched *s, struct sreq *q)
+{
+    if (s->n_batch == s->cap_batch) {
+        s->cap_batch = s->cap_batch ? s->cap_batch * 2 : 64;
+        s->batch = xrealloc(s->batch, (size_t)s->cap_batch * sizeof *s->batch);
+    }
+    s->batch[s->n_batch++] = q;
+}
+
+/* Prefix hit for a waiting request: matched blocks m, usable hit j (both
+ * in blocks). */
+static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_t *j_out)
+{
+    *m_out = *j_out = 0;
+    if (!s->p.prefix_caching)
+        return;
+    int bs = s->p.block_size;
+    int64_t cap = (q->num_tokens - 1) / bs;
+    int64_t known = q->num_tokens / bs;
+    if (q->n_hash < known && q->n_hash < q->n_chain)
+        ensure_hashes(q, (uint32_t)(known < q->n_chain ? known : q->n_chain));
+    uint32_t m = 0;
+    ASSERT(q->n_blk == 0);
+    while (m < cap && m < q->n_hash) {
+        uint32_t b = kv_lookup(&s->kv, q->hash[m]);
+        if (b == KV_NONE)
+            break;
+        q->blk[m++] = b;  /* scratch until acquired */
+    }
+    uint32_t j = m;
+    if (s->kv.ckpt_units) {
+        while (j > 0 && !kv_has_ckpt(&s->kv, q->blk[j - 1]))
+            j--;
+    } else if (s->p.hybrid) {
+        j = 0;
+    }
+    *m_out = m;
+    *j_out = j;
+}
+
+/* Forms the next step. Returns true if a request was preempted. */
+static bool schedule(struct sched *s, int64_t now)
+{
+    int64_t budget = s->p.max_num_batched_tokens;
+    int P = positions(s);
+    int bs = s->p.block_size;
+    bool preempted = false;
+    bool had_running = s->n_running > 0;
+    s->n_batch = 0;
+    for (int i = 0; i < s->n_running && budget > 0; i++) {
+        struct sreq *q = s->running[i];
+        int64_t num_new;
+        bool decode = !q->prefilling;
+        if (decode) {
+            if (P > budget)
+                break;
+            num_new = P;
+        } else {
+            num_new = q->num_tokens - q->num_computed;
+            if (num_new > budget)
+                num_new = budget;
+        }
+        bool ok = true;
+        while (!grow_blocks(s, q, q->num_computed + num_new)) {
+            struct sreq *v = s->running[--s->n_running];
+            preempt(s, v);
+            preempted = true;
+            if (v == q) {
+                ok = false;
+                break;
+            }
+        }
+        if (!ok)
+            break;
+        q->step_new = num_new;
+        q->step_decode = decode;
+        q->step_start = q->num_computed;
+        batch_push(s, q);
+        budget -= num_new;
+    }
+    if (!preempted) {
+        while (s->whead && budget > 0 && s->n_running < s->p.max_num_seqs) {
+            struct sreq *q = s->whead;
+            if (had_running && q->arrival_ns >= now)
+                break;
+            uint32_t m, j;
+            prefix_hit(s, q, &m, &j);
+            int64_t start = (int64_t)j * bs;
+            int64_t num_new = q->num_tokens - start;
+            if (num_new > budget)
+                num_new = budget;
+            int64_t want = cdiv(start + num_new, bs);
+            int64_t need = want > m ? want - m : 0;
+            int64_t pinned = 0;
+            for (uint32_t k = 0; k < m; k++)
+                pinned += kv_block_lru_units(&s->kv, q->blk[k]);
+            if (need > kv_available(&s->kv) - pinned)
+                break;
+            for (uint32_t k = 0; k < m; k++)
+                kv_acquire(&s->kv, q->blk[k]);
+            q->n_blk = m;
+            q->n_committed = m;
+            q->num_computed = start;
+            ASSERT(grow_blocks(s, q, start + num_new));
+            if (q->r->preemptions == 0) {
+                q->r->cached_tokens = start;
+                s->cached_tokens += start;
+            }
+            wq_remove(s, q);
+            q->state = SREQ_RUNNING;
+            q->prefilling = true;
+            running_push(s, q);
+            q->step_new = num_new;
+            q->step_decode = false;
+            q->step_start = start;
+            batch_push(s, q);
+            budget -= num_new;
+        }
+    }
+    /* Composition. */
+    struct cost_batch *cb = &s->cb;
+    memset(cb, 0, sizeof *cb);
+    cb->decode_positions = P;
+    cb->draft = s->p.spec->draft;
+    for (int i = 0; i < s->n_batch; i++) {
+        struct sreq *q = s->batch[i];
+        if (q->step_decode) {
+            cb->n_decode++;
+            cb->sum_ctx += q->num_computed + P;
+        } else {
+            cb->n_prefill++;
+            cb->prefill_tokens += q->step_new;
+            cb->prefill_attn += q->step_new * q->step_start + q->step_new * q->step_new / 2;
+        }
+    }
+    return preempted;
+}
+
+static void run_reserve(struct sched *s, int64_t k, int64_t n)
+{
+    if (k > s->run_cap) {
+        s->run_cap = k * 2 > 64 ? k * 2 : 64;
+        s->run_end = xrealloc(s->run_end, (size_t)s->run_cap * sizeof *s->run_end);
+        s->run_fb = xrealloc(s->run_fb, (size_t)s->run_cap * sizeof *s->run_fb);
+    }
+    if (k * n > s->run_emit_cap) {
+        s->run_emit_cap = k * n * 2 > 1024 ? k * n * 2 : 1024;
+        s->run_emit = xrealloc(s->run_emit, (size_t)s->run_emit_cap);
+    }
+}
+
+/* Plans the step just formed: draws of its decoding requests and its
+ * end; for a closed-form run, the following identical steps too. */
+static void plan(struct sched *s, int64_t now, bool preempted)
+{
+    int n = s->n_batch;
+    int P = positions(s);
+    int bs = s->p.block_size;
+    const struct spec_model *sp = s->p.spec;
+    bool closed = !s->p.stepwise && !preempted && s->cb.n_prefill == 0 &&
+                  s->cb.n_decode == n && n == s->n_running &&
+                  (s->n_waiting == 0 || s->n_running >= s->p.max_num_seqs);
+    for (int i = 0; closed && i < n; i++)
+        if (s->batch[i]->cancelled)
+            closed = false;
+    int64_t max_k = closed ? RUN_MAX_STEPS : 1;
+    if (closed && max_k * n > RUN_MAX_EMITS)
+        max_k = RUN_MAX_EMITS / n;
+    if (max_k < 1)
+        max_k = 1;
+    /* Per-request simulated state lives in the emit scratch's first rows
+     * only as needed; keep small locals on the heap for big batches. */
+    int64_t pool = 0;
+    if (closed) {
+        int64_t held = 0;
+        for (int i = 0; i < n; i++)
+            held += s->batch[i]->n_blk;
+        pool = held + kv_available(&s->kv);
+    }
+    run_reserve(s, closed ? 256 : 1, n ? n : 1);
+    int64_t t = now;
+    int64_t sum_ctx = s->cb.sum_ctx;
+    struct cost_batch cb = s->cb;
+    int k = 0;
+    /* Simulated per-request progress. */
+    int64_t *c = NULL, *rem = NULL;
+    if (closed) {
+        c = xmalloc((size_t)n * 2 * sizeof *c);
+        rem = c + n;
+        for (int i = 0; i < n; i++) {
+            c[i] = s->batch[i]->num_computed;
+            rem[i] = s->batch[i]->r->max_tokens - s->batch[i]->output_done;
+        }
+    }
+    for (;;) {
+        if (k >= 1) {
+            /* Blocks for step k: every request holds ceil((c + P) / bs). */
+            int64_t need = 0;
+            for (int i = 0; i < n; i++)
+                need += cdiv(c[i] + P, bs);
+            if (need > pool)
+                break;
+            cb.sum_ctx = sum_ctx;
+        }
+        run_reserve(s, k + 1, n ? n : 1);
+        bool fb;
+        int64_t ns = pricer_step(s->pricer, &cb, &fb);
+        if (ns < 1)
+            ns = 1;
+        t += ns;
+        s->run_end[k] = t;
+        s->run_fb[k] = fb;
+        bool done = false;
+        uint8_t *e = s->run_emit + (size_t)k * n;
+        for (int i = 0; i < n; i++) {
+            struct sreq *q = s->batch[i];
+            if (!q->step_decode) {
+                e[i] = 0;
+                continue;
+            }
+            int64_t left = closed ? rem[i] : q->r->max_tokens - q->output_done;
+            int64_t x = spec_sample(sp, q->key, q->spec_steps + k);
+            if (x > left)
+                x = left;
+            e[i] = (uint8_t)x;
+            if (closed) {
+                c[i] += x;
+                rem[i] -= x;
+                sum_ctx += x;
+                if (!rem[i])
+                    done = true;
+            }
+        }
+        k++;
+        if (!closed || done || k >= max_k)
+            break;
+    }
+    free(c);
+    s->run_k = k;
+    s->step_start_ns = now;
+    s->step_end_ns = s->run_end[k - 1];
+    if (k > 1)
+        s->runs++;
+}
+
+int64_t sched_cut(struct sched *s, int64_t now)
+{
+    if (!s->busy)
+        return INT64_MAX;
+    if (s->run_k > 1) {
+        int k = 0;
+        while (k < s->run_k - 1 && s->run_end[k] <= now)
+            k++;
+        s->run_k = k + 1;
+        s->step_end_ns = s->run_end[k];
+    }
+    return s->step_end_ns;
+}
+
+/* Applies step k of the run in flight, which ended at t. */
+static void apply_step(struct sched *s, int k, int64_t t)
+{
+    int n = s->n_batch;
+    int bs = s->p.block_size;
+    const uint8_t *e = s->run_emit + (size_t)k * n;
+    int64_t start = k ? s->run_end[k - 1] : s->step_start_ns;
+    s->steps++;
+    s->busy_ns += t - start;
+    if (s->run_fb[k])
+        s->fallback_steps++;
+    if (k)
+        s->run_steps++;
+    if (s->on_step) {
+        struct cost_batch cb = s->cb;
+        if (k) {
+            cb.sum_ctx = 0;
+            for (int i = 0; i < n; i++)
+                cb.sum_ctx += s->batch[i]->num_computed + cb.decode_positions;
+        }
+        s->on_step(s->on_step_arg, s->index, start, t, &cb, s->run_fb[k]);
+    }
+    for (int i = 0; i < n; i++) {
+        struct sreq *q = s->batch[i];
+        struct engine_request *r = q->r;
+        int64_t emitted = 0;
+        if (q->step_decode) {
+            emitted = e[i];
+            q->spec_steps++;
+            q->num_computed = q->step_start + emitted;
+            trim_blocks(s, q, q->num_computed);
+        } else {
+            q->num_computed = q->step_start + q->step_new;
+            if (q->num_computed == q->num_tokens) {
+                emitted = 1;
+                q->prefilling = false;  /* prefill over: decoding from now on */
+            }
+        }
+        q->output_done += emitted;
+        q->num_tokens += emitted;
+        commit_blocks(s, q);
+        if (emitted) {
+            s->output_tokens += emitted;
+            if (q->cancelled)
+                continue;
+            if (!q->first_sent) {
+                q->first_sent = true;
+                if (r->cb && r->cb->first_token)
+                    r->cb->first_token(r, t);
+            }
+            if (r->cb && r->cb->chunk)
+                r->cb->chunk(r, t, emitted);
+        }
+    }
+    (void)bs;
+}
+
+/* Removes finished and cancelled requests from the running list (keeping
+ * the order) and delivers their done. */
+static void reap(struct sched *s, int64_t t)
+{
+    int w = 0;
+    int n = s->n_running;
+    struct sreq **fin = NULL;
+    int n_fin = 0;
+    for (int i = 0; i < n; i++) {
+        struct sreq *q = s->running[i];
+        if (q->output_done >= q->r->max_tokens || q->cancelled) {
+            if (!fin)
+                fin = xmalloc((size_t)n * sizeof *fin);
+            fin[n_fin++] = q;
+        } else {
+            s->running[w++] = q;
+        }
+    }
+    s->n_running = w;
+    for (int i = 0; i < n_fin; i++) {
+        struct sreq *q = fin[i];
+        enum engine_status st = q->output_done >= q->r->max_tokens ? ENGINE_OK
+                                : q->fail ? (enum engine_status)q->fail
+                                          : ENGINE_ERR_CANCELLED;
+        finish_request(s, q, t, st);
+    }
+    free(fin);
+    /* Cancelled or failed waiting requests. */
+    for (struct sreq *q = s->whead, *nx; q; q = nx) {
+        nx = q->wnext;
+        if (!q->cancelled)
+            continue;
+        wq_remove(s, q);
+        enum engine_status st = q->fail ? (enum engine_status)q->fail : ENGINE_ERR_CANCELLED;
+        finish_request(s, q, t, st);
+    }
+}
+
+int64_t sched_boundary(struct sched *s, int64_t now)
+{
+    if (s->busy) {
+        ASSERT(s->step_end_ns == now);
+        int P = positions(s);
+        for (int k = 0; k < s->run_k; k++) {
+            if (k) {
+                /* The next step of the run: same batch, decode lookahead. */
+                for (int i = 0; i < s->n_batch; i++) {
+                    struct sreq *q = s->batch[i];
+                    q->step_start = q->num_computed;
+                    q->step_new = P;
+                    ASSERT(grow_blocks(s, q, q->num_computed + P));
+                }
+            }
+            apply_step(s, k, s->run_end[k]);
+        }
+        s->busy = false;
+    }
+    reap(s, now);
+    s->n_batch = 0;
+    bool preempted = schedule(s, now);
+    while (!s->n_batch && s->whead) {
+        /* Everything was preempted (the next schedule admits), or the head
+         * cannot fit even alone (its blocks and checkpoints exceed the
+         * pool): end it rather than stall. */
+        if (!preempted) {
+            if (s->n_running)
+                break;
+            struct sreq *q = s->whead;
+            wq_remove(s, q);
+            finish_request(s, q, now, ENGINE_ERR_NO_SPACE);
+            reap(s, now);
+        }
+        preempted = schedule(s, now);
+    }
+    if (!s->n_batch)
+        return INT64_MAX;
+    plan(s, now, preempted);
+    s->busy = true;
+    return s->step_end_ns;
+}
+
+int sched_verify(const struct sched *s, char *err)
+{
+    if (kv_verify(&s->kv, err) < 0)
+        return -1;
+    int64_t held = 0;
+    int bs = s->p.block_size;
+    if (s->n_running > s->p.max_num_seqs)
+        return err_set(err, "sched %d: %d running > max_num_seqs %d", s->index, s->n_running,
+                       s->p.max_num_seqs);
+    for (int i = 0; i < s->n_running; i++) {
+        const struct sreq *q = s->running[i];
+        if (q->state != SREQ_RUNNING)
+            return err_set(err, "sched %d: running request %llu in state %d", s->index,
+                           (unsigned long long)q->r->id, q->state);
+        if (q->num_computed > q->num_tokens || q->num_computed < 0)
+            return err_set(err, "sched %d: request %llu computed %lld of %lld tokens", s->index,
+                           (unsigned long long)q->r->id, (long long)q->num_computed,
+                           (long long)q->num_tokens);
+        if (q->output_done > q->r->max_tokens)
+            return err_set(err, "sched %d: request %llu emitted %lld > max_tokens %lld",
+                           s->index, (unsigned long long)q->r->id, (long long)q->output_done,
+                           (long long)q->r->max_tokens);
+        if (q->num_tokens != q->r->prompt_tokens + q->output_done)
+            return err_set(err, "sched %d: request %llu token count", s->index,
+                           (unsigned long long)q->r->id);
+        if ((int64_t)q->n_blk < cdiv(q->num_computed, bs))
+            return err_set(err, "sched %d: request %llu holds %u blocks for %lld tokens",
+                           s->index, (unsigned long long)q->r->id, q->n_blk,
+                           (long long)q->num_computed);
+        for (uint32_t b = 0; b < q->n_blk; b++) {
+            if (q->blk[b] >= s->kv.n_made || s->kv.b[q->blk[b]].ref == 0)
+                return err_set(err, "sched %d: request %llu holds a free block", s->index,
+                               (unsigned long long)q->r->id);
+        }
+        held += q->n_blk;
+    }
+    int64_t nw = 0;
+    for (const struct sreq *q = s->whead; q; q = q->wnext) {
+        if (q->state != SREQ_WAITING || q->n_blk)
+            return err_set(err, "sched %d: waiting request %llu holds blocks or is not waiting",
+                           s->index, (unsigned long long)q->r->id);
+        nw++;
+    }
+    if (nw != s->n_waiting)
+        return err_set(err, "sched %d: %lld waiting, counted %lld", s->index, (long long)nw,
+                       (long long)s->n_waiting);
+    if (s->outstanding != s->n_running + s->n_waiting)
+        return err_set(err, "sched %d: %lld outstanding != %d running + %lld waiting", s->index,
+                       (long long)s->outstanding, s->n_running, (long long)s->n_waiting);
+    /* Blocks shared by requests count once per holder in `held`; the pool
+     * has at least as many references as distinct blocks. */
+    if (held < s->kv.used_blocks)
+        return err_set(err, "sched %d: requests hold %lld block references, %lld blocks in use",
+                       s->index, (long long)held, (long long)s->kv.used_blocks);
+    return 0;
+}
