@@ -700,6 +700,30 @@ void cost_step(const struct cost_model *c, const struct cost_batch *b,
     out->step_ns = (int64_t)llround(total + d + c->overhead_ns);
 }
 
+double cost_step_bytes(const struct cost_model *c, const struct cost_batch *b)
+{
+    struct shape s;
+    make_shape(c, b, &s);
+    bool spec = c->backend == ENGINE_BACKEND_LATENCY_SPECIALIZED && spec_applies(c, b);
+    int path = spec ? PATH_SPEC : PATH_STD;
+    struct kern k[MAX_KERNELS];
+    double total = 0;
+    for (int kind = 0; kind < LAYER_KIND_COUNT; kind++)
+        for (int moe = 0; moe < 2; moe++) {
+            if (!c->n_variant[kind][moe])
+                continue;
+            int n = layer_list(c, path, kind, moe, &s, k);
+            for (int i = 0; i < n; i++)
+                total += c->n_variant[kind][moe] * k[i].bytes;
+        }
+    int n = step_kernels(c, &s, k, 0);
+    for (int i = 0; i < n; i++)
+        total += k[i].bytes;
+    if (s.draft > 0 && c->m.drafter_params > 0 && s.n_dec > 0)
+        total += c->m.drafter_params * c->m.drafter_bits / 8 / c->tp;
+    return total;
+}
+
 int cost_breakdown(const struct cost_model *c, const struct cost_batch *b,
                    struct cost_kernel_time *out, int cap)
 {

@@ -97,6 +97,10 @@ int cost_kernel_names(const struct cost_model *c, int path, int scope, bool moe,
  * model was created with, whatever its backend). */
 bool cost_specialized_applies(const struct cost_model *c, const struct cost_batch *b);
 
+/* Bytes one GPU reads and writes in the step (all kernels, drafter
+ * weights included): step_ns can never be below bytes / HBM bandwidth. */
+double cost_step_bytes(const struct cost_model *c, const struct cost_batch *b);
+
 /* Loads a calibration file from memory (format: engine/CALIBRATION.md). */
 int cost_load_calibration_mem(struct cost_model *c, const char *text, size_t len,
                               const char *label, bool force, char *err);
