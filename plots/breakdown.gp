@@ -19,8 +19,10 @@ set mytics 2
 set grid noxtics nomxtics ytics mytics
 set key outside right top vertical Left reverse maxrows 24 font f_small
 set xtics nomirror scale 0
+# every plot below reads the header line as titles, so rows count from 0
+set key autotitle columnheader
 # kernel colours: the common palette, then lighter tints for the rest
 do for [k=10:48] { set linetype k lc rgb hsv2rgb((k * 0.137) - floor(k * 0.137), 0.45, 0.85) }
 set linetype cycle 48
 plot for [i=2:nk+1] data using i:xtic(1) title columnheader(i) lt (i-1), \
-     data using 0:(column(nk+2)):(sprintf("%.1f µs", column(nk+2))) every ::0 with labels offset char 0,char 0.8 notitle
+     data using 0:(column(nk+2)):(sprintf("%.1f µs", column(nk+2))) with labels offset char 0,char 0.8 notitle

@@ -5,7 +5,15 @@ if (!exists("fmt")) fmt = 'png'
 if (!exists("W")) W = 1200
 if (!exists("H")) H = 750
 if (!exists("out")) out = 'chart.' . fmt
-fs = (W < 900) ? 9 : ((W < 1500) ? 11 : 13)
+# base font size (points): 11 at 1200x750, scaled with the smaller side
+fs = int(11.0 * ((W / 1200.0 < H / 750.0) ? W / 1200.0 : H / 750.0) + 0.5)
+fs = (fs < 8) ? 8 : ((fs > 16) ? 16 : fs)
+# one text line and one character as fractions of the image height/width
+# (for multiplot margins that hold their labels at any size)
+chy = fs * 1.5 / H
+chx = fs * 0.8 / W
+# '|' in a data string: a line break (tick labels)
+lines(s) = (li = strstrt(s, '|'), li ? s[1:li-1] . "\n" . lines(s[li+1:]) : s)
 if (fmt eq 'svg') {
     set terminal svg size W,H dynamic noenhanced font sprintf('DejaVu Sans,%d', fs + 1) background rgb 'white'
 } else {

@@ -14,14 +14,15 @@ if (!exists("sub")) sub = ''
 if (!exists("warn")) warn = ''
 load 'common.gp'
 q = pct / 100.0
-top = (warn ne '') ? 0.84 : 0.88
-set multiplot layout 1,3 title sprintf("Per-request distributions at %s (measured calls; warmup, errors and cancelled excluded)", sub) font f_title margins 0.06,0.98,0.24,top spacing 0.07,0.1
-if (warn ne '') set label 99 warn at screen 0.5, 0.9 center textcolor rgb '#B00000' font f_warn
+top = 1 - ((warn ne '') ? 5.8 : 4.2) * chy
+bot = ((n < 3) ? n : 3) * chy * 1.4 + 4.5 * chy
+set multiplot layout 1,3 title sprintf("Per-request distributions at %s (measured calls; warmup, errors and cancelled excluded)", sub) font f_title margins 9 * chx,0.985,bot,top spacing 10 * chx,0.1
+if (warn ne '') set label 99 warn at screen 0.5, 1 - 2.7 * chy center textcolor rgb '#B00000' font f_warn
 set ylabel "fraction of calls"
 set yrange [0:1]
 set ytics 0.1
 set mytics 2
-set key at screen 0.5, 0.02 center bottom vertical maxrows 3 width 2
+set key at screen 0.5, 0.02 center bottom vertical maxrows 3 width 2 Left reverse
 set arrow 1 from graph 0, first q to graph 1, first q nohead dt 2 lc rgb '#555555' lw 1 front
 set label 2 sprintf("P%d", pct) at graph 0.01, first q offset 0,0.6 textcolor rgb '#555555'
 
@@ -41,7 +42,7 @@ plot for [i=0:n-1] data index i using 3:1 with lines lt (i+1) lw 2 notitle
 set title "Per-request interactivity"
 set xlabel "interactivity (tok/s per user) = 1 / TPOT"
 set arrow 1 from graph 0, first (1 - q) to graph 1, first (1 - q) nohead dt 2 lc rgb '#555555' lw 1 front
-set label 2 sprintf("P%d interactivity = 1 / P%d TPOT", pct, pct) at graph 0.01, first (1 - q) offset 0,0.6 textcolor rgb '#555555'
+set label 2 sprintf("P%d interactivity = 1 / P%d TPOT", pct, pct) at graph 0.99, first (1 - q) right offset 0,0.6 textcolor rgb '#555555'
 set xrange [*:*]
 if (logx3) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*] }
 plot for [i=0:n-1] data index i using 4:1 with lines lt (i+1) lw 2 notitle

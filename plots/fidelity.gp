@@ -14,12 +14,13 @@ set boxwidth 0.36
 set xrange [-0.6:n-0.4]
 if (logy) { set logscale y; set yrange [*:*]; set mytics 10 } else { set yrange [0:*]; set mytics 2 }
 set offsets 0, 0, graph 0.12, 0
-set xtics rotate by 30 right nomirror scale 0 font f_small
+set xtics nomirror scale 0 font f_small
 set grid noxtics nomxtics ytics mytics
-set bmargin 9
+set bmargin 6
 set key inside left top vertical Left reverse opaque box lc rgb '#cccccc'
-plot data using 1:($6 == 0 ? $3 : NaN):xtic(2) skip 1 with boxes lc rgb '#0072B2' title 'predicted, standard path', \
-     data using 1:($6 == 1 ? $3 : NaN) skip 1 with boxes lc rgb '#D55E00' title 'predicted, latency-specialized path', \
-     data using ($1+0.38):4 skip 1 with boxes fs pattern 4 border rgb '#000000' lc rgb '#000000' title 'published (calibration)', \
-     data using 1:3:(sprintf("%.0f", $3)) skip 1 with labels offset char 0,char 0.7 font f_tiny notitle, \
-     data using ($1+0.38):4:(sprintf("%.0f\n×%.2f", $4, $5)) skip 1 with labels offset char 0,char 1.3 font f_tiny notitle
+px(c) = valid(4) ? column(c) - 0.19 : column(c)
+plot data using (px(1)):($6 == 0 ? $3 : NaN):xtic(lines(strcol(2))) skip 1 with boxes lc rgb '#0072B2' title 'predicted, standard path', \
+     data using (px(1)):($6 == 1 ? $3 : NaN) skip 1 with boxes lc rgb '#D55E00' title 'predicted, latency-specialized path', \
+     data using ($1+0.19):4 skip 1 with boxes fs pattern 4 border rgb '#000000' lc rgb '#000000' title 'published (calibration); ratio = predicted / published', \
+     data using (px(1)):3:(sprintf("%.0f", $3)) skip 1 with labels offset char 0,char 0.7 font f_tiny notitle, \
+     data using ($1+0.19):4:(sprintf("%.0f\nratio %.2f", $4, $5)) skip 1 with labels offset char 0,char 1.3 font f_tiny notitle

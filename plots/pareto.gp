@@ -15,10 +15,10 @@ set xlabel sprintf("P%d interactivity (tok/s per user) = 1 / P%d TPOT", pct, pct
 set ylabel "total throughput (tok/s per GPU)"
 if (logx) { set logscale x; set mxtics 10 } else { set mxtics 2 }
 if (logy) { set logscale y; set mytics 10 } else { set mytics 2 }
-set offsets graph 0.05, graph 0.08, graph 0.08, graph 0.05
+set offsets 0, graph 0.1, graph 0.1, 0
 if (!logy) set yrange [0:*]
 if (!logx) set xrange [0:*]
-set key outside right top vertical Left reverse width 1
+set key inside right top vertical Left reverse opaque box lc rgb '#cccccc' width 1
 if (mixed) set label 1 "GPU counts differ between lines (see each label)" at graph 0.99, graph 0.98 right textcolor rgb '#B00000'
 plot for [i=0:n-1] data index i using 1:2 with linespoints lt (i+1) title columnheader(1), \
      for [i=0:n-1] data index i using 1:2:(sprintf("c=%d", int($3))) every ::1 with labels offset char 0.4,char 0.8 left font f_small textcolor lt (i+1) notitle

@@ -1010,9 +1010,9 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
     for (int k = 0; k < NC; k++)
         top[k] = cmax[k] > 0 ? cmax[k] * 1.08 : 1;
     snprintf(ch->vars, sizeof ch->vars,
-             "n=%d; tunit=%d; ylive=%.6g; yrun=%.6g; ywait=%.6g; ytok=%.6g; sub='%s'; "
-             "warn='%s'",
-             blocks, tmax > 7200 ? 60 : 1, top[1], top[2], top[3], fmax(top[6], top[7]), cl,
+             "n=%d; tunit=%d; tmax=%.6g; ylive=%.6g; yrun=%.6g; ywait=%.6g; ytok=%.6g; "
+             "sub='%s'; warn='%s'",
+             blocks, tmax > 7200 ? 60 : 1, tmax, top[1], top[2], top[3], fmax(top[6], top[7]), cl,
              warn);
     snprintf(ch->data, sizeof ch->data, "timeline_data.csv");
     snprintf(ch->about, sizeof ch->about,
@@ -1184,14 +1184,14 @@ static int write_fidelity(const struct set *s, const char *outdir, struct chart 
         char raw_be[64];
         clean_text(raw_be, sizeof raw_be, csv_str_at(&c, r, "backend"));
         short_backend(raw_be, be, sizeof be);
-        int l = snprintf(label, sizeof label, "%s", *gpu ? gpu : setup);
+        int l = 0;
         if (isfinite(gpus))
-            l += snprintf(label + l, sizeof label - (size_t)l, " x%d", (int)gpus);
-        l += snprintf(label + l, sizeof label - (size_t)l, " %s", be);
+            l += snprintf(label, sizeof label, "%dx ", (int)gpus);
+        l += snprintf(label + l, sizeof label - (size_t)l, "%s|%s", *gpu ? gpu : setup, be);
         if (isfinite(batch))
-            l += snprintf(label + l, sizeof label - (size_t)l, " b%d", (int)batch);
+            l += snprintf(label + l, sizeof label - (size_t)l, "|batch %d", (int)batch);
         if (*spec && strcmp(spec, "none") && strcmp(spec, "off") && strcmp(spec, "-"))
-            snprintf(label + l, sizeof label - (size_t)l, " %s%s%s", spec, *acc ? " acc " : "",
+            snprintf(label + l, sizeof label - (size_t)l, "|%s%s%s", spec, *acc ? " acc " : "",
                      acc);
         fprintf(f, "%d,\"%s\",%.6g,", n, label, pred);
         csv_num(f, pub > 0 ? pub : NAN);
@@ -1550,10 +1550,16 @@ static int mixed_gpus(const struct set *s, bool allow, char *warn, size_t n, cha
     }
     if (!mixed)
         return 0;
-    struct sbuf b = {0};
+    struct sbuf b = {0}, counts = {0};
     for (int g = 0; g < s->ncfg; g++)
-        if (s->cfgs[g].run >= 0)
+        if (s->cfgs[g].run >= 0) {
             sb_printf(&b, "%s%s: %d GPUs", b.len ? "; " : "", s->cfgs[g].label, s->cfgs[g].gpus);
+            bool seen = false;
+            for (int h = 0; h < g; h++)
+                seen |= s->cfgs[h].run >= 0 && s->cfgs[h].gpus == s->cfgs[g].gpus;
+            if (!seen)
+                sb_printf(&counts, "%s%d", counts.len ? " vs " : "", s->cfgs[g].gpus);
+        }
     int rc = 0;
     if (!allow)
         rc = err_set(err, "distributions refused: the configurations use different GPU counts "
@@ -1562,12 +1568,13 @@ static int mixed_gpus(const struct set *s, bool allow, char *warn, size_t n, cha
                           "carries a warning)",
                      b.p);
     else
-        snprintf(warn, n, "WARNING: different GPU counts (%s): per-user views not comparable",
-                 b.p);
+        snprintf(warn, n, "WARNING: these configurations use different GPU counts (%s GPUs): "
+                          "their per-user views are not comparable", counts.p);
     char tmp[512];
     clean_text(tmp, sizeof tmp, warn);
     snprintf(warn, n, "%s", tmp);
     sb_free(&b);
+    sb_free(&counts);
     return rc;
 }
 

@@ -462,7 +462,7 @@ int main(void)
             rc = plot_results(dirs, 2, out, &p, err);
             CHECKF(rc == PLOT_OK, "mixed GPU counts allowed (rc %d: %s)", rc, err);
             char *rs = slurp(out, "render.sh");
-            CHECK(rs && strstr(rs, "warn='WARNING: different GPU counts"),
+            CHECK(rs && strstr(rs, "warn='WARNING: these configurations use different GPU counts (16 vs 8 GPUs)"),
                   "the distribution chart carries the warning");
             free(rs);
             char *rep = slurp(out, "report.md");
