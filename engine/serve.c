@@ -3,7 +3,7 @@
  *
  * Endpoints: POST /v1/chat/completions and /v1/completions (streamed as
  * server-sent events, or whole), GET /v1/models, /health and /metrics
- * (Prometheus text). The engine (or, with --backend fake, a fixed-rate
+ * (Prometheus text). The engine (or, with --fake, a fixed-rate
  * model) runs on the same real-clock loop as the server, stepwise, so each
  * chunk of tokens is written when it is produced; --time-scale X runs the
  * engine's clock X times faster than real time.
@@ -675,7 +675,7 @@ static void sig_cb(struct loop *l, struct loop_io *io, int revents)
 /* ---- the command ---- */
 
 /* Engine entry points, referenced weakly so that the server builds before
- * the engine does; without them only --backend fake is available. */
+ * the engine does; without them only --fake is available. */
 __attribute__((weak)) struct target *target_engine_create(const struct engine_config *cfg,
                                                           struct loop *l, char *err);
 __attribute__((weak)) void engine_config_defaults(struct engine_config *c);
@@ -689,12 +689,13 @@ static void usage(FILE *f)
             "Serves the simulated engine over an OpenAI-compatible HTTP API in real time.\n"
             "  --listen HOST:PORT        default 127.0.0.1:8000 (port 0: any free port)\n"
             "  --port-file PATH          write the port there once listening\n"
-            "  --model NAME              model name reported (default: the engine's model)\n"
+            "  --served-model-name NAME  model name reported (default: the engine's model)\n"
             "  --time-scale X            engine clock runs X times faster than real time (1)\n"
             "  --api-key K               require 'Authorization: Bearer K' (required\n"
             "                            when not listening on loopback)\n"
-            "  --backend engine|fake     fake: fixed-rate model (--fake-ttft-ms 20,\n"
-            "                            --fake-tpot-ms 10, --fake-prefill-us-per-token 0)\n"
+            "  --fake                    a fixed-rate model instead of the engine\n"
+            "                            (--fake-ttft-ms 20, --fake-tpot-ms 10,\n"
+            "                            --fake-prefill-us-per-token 0)\n"
             "  --max-body-mb N           request size limit (64)\n"
             "  --max-conns N             connection limit (16384)\n"
             "  --fault-error-rate P      answer 500 to a fraction P of completions\n"
@@ -749,8 +750,14 @@ int serve_cmd(int argc, char **argv)
                 fprintf(stderr, "serve: %s\n", err);
                 goto out;
             }
-            if (k > 0)
+            if (k > 0) {
+                i--; /* it advanced past its value; the loop adds one */
                 continue;
+            }
+        }
+        if (!strcmp(a, "--fake")) {
+            fake = 1;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "serve: unknown flag or missing value: %s\n", a);
@@ -772,17 +779,10 @@ int serve_cmd(int argc, char **argv)
             }
         } else if (!strcmp(a, "--port-file")) {
             port_file = v;
-        } else if (!strcmp(a, "--model")) {
+        } else if (!strcmp(a, "--served-model-name")) {
             snprintf(s->model, sizeof s->model, "%s", v);
         } else if (!strcmp(a, "--api-key")) {
             snprintf(s->api_key, sizeof s->api_key, "%s", v);
-        } else if (!strcmp(a, "--backend")) {
-            if (!strcmp(v, "fake"))
-                fake = 1;
-            else if (!strcmp(v, "engine"))
-                fake = 0;
-            else
-                bad = 1;
         } else if (!strcmp(a, "--time-scale")) {
             bad = parse_double(v, 1e-3, 1e6, &time_scale);
         } else if (!strcmp(a, "--fake-ttft-ms")) {
@@ -824,7 +824,7 @@ int serve_cmd(int argc, char **argv)
         goto out;
     }
     if (!fake && !have_engine) {
-        fprintf(stderr, "serve: the engine is not built in; use --backend fake\n");
+        fprintf(stderr, "serve: the engine is not built in; use --fake\n");
         rc = EXIT_FAIL;
         goto out;
     }
