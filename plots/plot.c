@@ -1411,11 +1411,29 @@ static void confounded_table(struct sbuf *b, const char *path)
     for (int r = 0; r < c.nrows; r++) {
         char lab[160];
         clean_text(lab, sizeof lab, csv_str_at(&c, r, "label"));
-        sb_printf(b, "| %s | %s | TP%s x %s | %s | %s | %s | %s | %s |\n", lab,
-                  csv_str_at(&c, r, "gpus"), csv_str_at(&c, r, "tp"),
-                  csv_str_at(&c, r, "replicas"), csv_str_at(&c, r, "backend"),
-                  csv_str_at(&c, r, "concurrency"), csv_str_at(&c, r, "interactivity_p90"),
-                  csv_str_at(&c, r, "ttft_p90_ms"), csv_str_at(&c, r, "total_tok_s_per_gpu"));
+        char be[64];
+        clean_text(be, sizeof be, csv_str_at(&c, r, "backend"));
+        double v[7];
+        static const char *cols[7] = {"gpus", "tp", "replicas", "concurrency",
+                                      "interactivity_p90", "ttft_p90_ms", "total_tok_s_per_gpu"};
+        for (int k = 0; k < 7; k++)
+            if (csv_num_at(&c, r, cols[k], false, &v[k], err))
+                v[k] = NAN;
+        sb_printf(b, "| %s | ", lab);
+        md_num(b, v[0], "%.0f");
+        sb_printf(b, " | TP");
+        md_num(b, v[1], "%.0f");
+        sb_printf(b, " x ");
+        md_num(b, v[2], "%.0f");
+        sb_printf(b, " | %s | ", be);
+        md_num(b, v[3], "%.0f");
+        sb_printf(b, " | ");
+        md_num(b, v[4], "%.1f");
+        sb_printf(b, " | ");
+        md_num(b, v[5], "%.0f");
+        sb_printf(b, " | ");
+        md_num(b, v[6], "%.0f");
+        sb_printf(b, " |\n");
     }
     csv_free(&c);
 }
