@@ -1,0 +1,492 @@
+/* test_cost.c: the step cost model. The calibration point reproduced
+ * within 1 % and the stored fit re-derived; step time never below the
+ * bandwidth floor of the bytes it moves; monotone in batch and context;
+ * the specialized path faster than the standard one at every batch 1..64
+ * on GB300 TP16 and falling back exactly where it must; calibration files
+ * replacing kernels (with interpolation) and refused when wrong;
+ * acceptance curve; determinism; the bench-decode and fidelity commands
+ * end to end, bad input exiting 2. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "engine/accept.h"
+#include "engine/cost.h"
+#include "engine/fidelity.h"
+#include "tests/testhelp.h"
+#include "traces/util.h"
+
+static struct model_preset kimi, dsv3, llama;
+static struct gpu_preset gb300, gb200, h200;
+
+static struct cost_model *mk(const struct model_preset *m, const struct gpu_preset *g, int tp,
+                             enum engine_backend be)
+{
+    char err[ERR_LEN] = "";
+    struct cost_model *c = cost_create(m, g, tp, be, NULL, false, err);
+    if (!c)
+        fprintf(stderr, "cost_create: %s\n", err);
+    return c;
+}
+
+static double decode_tok_s(struct cost_model *c, int batch, int draft, double acc)
+{
+    char err[ERR_LEN];
+    struct cost_decode_run r;
+    if (cost_decode_run(c, batch, 1, 1000, draft, acc, &r, err))
+        return -1;
+    return r.decode_tok_s;
+}
+
+static void test_calibration_point(void)
+{
+    struct cost_model *s = mk(&kimi, &gb300, 16, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    struct cost_model *a = mk(&kimi, &gb300, 16, ENGINE_BACKEND_AUTO);
+    CHECK_NEAR(decode_tok_s(s, 1, 0, 0), 256.4, 0.01, "latency_specialized at the calibration point");
+    CHECK_NEAR(decode_tok_s(a, 1, 0, 0), 136.4, 0.01, "auto at the calibration point");
+    char err[ERR_LEN];
+    struct cost_decode_run r;
+    cost_decode_run(s, 1, 1, 1000, 0, 0, &r, err);
+    CHECK(r.kernels_per_layer == 13 && r.fallback_steps == 0 && r.steps == 999, "specialized: 13 kernels, no fallback");
+    cost_decode_run(a, 1, 1, 1000, 0, 0, &r, err);
+    CHECK(r.kernels_per_layer == 23, "auto: 23 kernels per layer");
+    /* The stored fit is what the fit gives. */
+    double f, o;
+    CHECKF(cost_fit(&kimi, &gb300, 16, 256.4, 136.4, &f, &o, err) == 0, "fit: %s", err);
+    CHECK_NEAR(f, gb300.kernel_floor_ns, 0.002, "stored kernel floor = fit");
+    CHECK_NEAR(o, gb300.step_overhead_ns, 0.002, "stored step overhead = fit");
+    CHECK(f > 0 && o > 0, "fit values positive");
+    cost_destroy(s);
+    cost_destroy(a);
+}
+
+static uint64_t lcg(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *x >> 33;
+}
+
+static void random_batch(uint64_t *x, struct cost_batch *b)
+{
+    memset(b, 0, sizeof *b);
+    b->n_decode = (int)(lcg(x) % 80);
+    b->draft = lcg(x) % 3 == 0 ? (int)(1 + lcg(x) % 8) : 0;
+    b->decode_positions = b->draft ? b->draft + 1 : 1;
+    b->sum_ctx = b->n_decode * (int64_t)(1 + lcg(x) % 100000);
+    if (lcg(x) % 3 == 0) {
+        b->n_prefill = (int)(1 + lcg(x) % 4);
+        b->prefill_tokens = b->n_prefill * (int64_t)(1 + lcg(x) % 4096);
+        b->prefill_attn = b->prefill_tokens * (int64_t)(lcg(x) % 20000);
+    }
+    if (b->n_decode == 0 && b->n_prefill == 0)
+        b->n_decode = 1;
+}
+
+static void test_bandwidth_floor_and_determinism(void)
+{
+    const struct model_preset *ms[] = {&kimi, &dsv3, &llama};
+    const struct gpu_preset *gs[] = {&gb300, &h200};
+    uint64_t x = 42;
+    int bad = 0, nondet = 0, n = 0;
+    for (size_t mi = 0; mi < 3; mi++)
+        for (size_t gi = 0; gi < 2; gi++)
+            for (int be = 0; be < 2; be++) {
+                int tp = ms[mi] == &kimi ? 16 : 8;
+                if (ms[mi] == &kimi && gs[gi] == &h200)
+                    continue; /* does not fit */
+                struct cost_model *c = mk(ms[mi], gs[gi], tp, be);
+                struct cost_model *c2 = mk(ms[mi], gs[gi], tp, be);
+                for (int i = 0; i < 300; i++) {
+                    struct cost_batch b;
+                    random_batch(&x, &b);
+                    struct cost_result r, r2;
+                    cost_step(c, &b, &r);
+                    cost_step(c2, &b, &r2);
+                    double floor_ns = cost_step_bytes(c, &b) / gs[gi]->hbm_bw * 1e9;
+                    if ((double)r.step_ns < floor_ns) {
+                        if (bad++ < 3)
+                            fprintf(stderr, "below bandwidth floor: %s %s be %d step %lld < %.0f\n",
+                                    ms[mi]->name, gs[gi]->name, be, (long long)r.step_ns, floor_ns);
+                    }
+                    if (memcmp(&r, &r2, sizeof r) != 0)
+                        nondet++;
+                    n++;
+                }
+                cost_destroy(c);
+                cost_destroy(c2);
+            }
+    CHECKF(bad == 0, "%d of %d steps below bytes / HBM bandwidth", bad, n);
+    CHECKF(nondet == 0, "%d of %d steps differ between identical models", nondet, n);
+}
+
+static void test_monotone(void)
+{
+    for (int be = 0; be < 2; be++) {
+        struct cost_model *c = mk(&kimi, &gb300, 16, be);
+        int64_t prev = 0;
+        int bad = 0;
+        for (int B = 1; B <= 256; B++) {
+            struct cost_batch b = {.n_decode = B, .decode_positions = 1, .sum_ctx = (int64_t)B * 4096};
+            struct cost_result r;
+            cost_step(c, &b, &r);
+            if (r.step_ns < prev)
+                bad++;
+            prev = r.step_ns;
+        }
+        CHECKF(bad == 0, "backend %d: step time monotone in batch (%d drops)", be, bad);
+        prev = 0;
+        bad = 0;
+        for (int64_t ctx = 1; ctx <= (1 << 20); ctx *= 2) {
+            struct cost_batch b = {.n_decode = 8, .decode_positions = 1, .sum_ctx = 8 * ctx};
+            struct cost_result r;
+            cost_step(c, &b, &r);
+            if (r.step_ns < prev)
+                bad++;
+            prev = r.step_ns;
+        }
+        CHECKF(bad == 0, "backend %d: step time monotone in context", be);
+        prev = 0;
+        bad = 0;
+        for (int64_t t = 1; t <= 16384; t *= 2) {
+            struct cost_batch b = {.n_prefill = 1, .prefill_tokens = t, .prefill_attn = t * t / 2,
+                                   .decode_positions = 1};
+            struct cost_result r;
+            cost_step(c, &b, &r);
+            if (r.step_ns < prev)
+                bad++;
+            prev = r.step_ns;
+        }
+        CHECKF(bad == 0, "backend %d: step time monotone in prefill tokens", be);
+        cost_destroy(c);
+    }
+    /* Aggregate decode throughput grows with batch on both paths. */
+    struct cost_model *s = mk(&kimi, &gb300, 16, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    struct cost_model *a = mk(&kimi, &gb300, 16, ENGINE_BACKEND_AUTO);
+    int faster = 0;
+    for (int B = 1; B <= 64; B++) {
+        struct cost_batch b = {.n_decode = B, .decode_positions = 1, .sum_ctx = (int64_t)B * 500};
+        struct cost_result rs, ra;
+        cost_step(s, &b, &rs);
+        cost_step(a, &b, &ra);
+        faster += rs.step_ns < ra.step_ns && rs.specialized && !rs.fallback;
+    }
+    CHECKF(faster == 64, "specialized faster than auto at every batch 1..64 (%d of 64)", faster);
+    double prev_tok = 0;
+    int grows = 1;
+    for (int B = 1; B <= 64; B *= 2) {
+        double t = decode_tok_s(s, B, 0, 0);
+        grows &= t > prev_tok;
+        prev_tok = t;
+    }
+    CHECK(grows, "aggregate decode tok/s grows with batch");
+    /* Speculation at fixed acceptance 6 beats plain decode at batch 1. */
+    CHECK(decode_tok_s(s, 1, 7, 6) > 2 * decode_tok_s(s, 1, 0, 0), "DSpark accept 6 > 2x plain");
+    CHECK(decode_tok_s(a, 1, 7, 6) > 1.9 * decode_tok_s(a, 1, 7, 3), "acceptance 6 ~2x acceptance 3");
+    cost_destroy(s);
+    cost_destroy(a);
+}
+
+static void test_fallback(void)
+{
+    struct cost_model *s = mk(&kimi, &gb300, 16, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    struct cost_result r;
+    struct cost_batch b = {.n_decode = 64, .decode_positions = 1, .sum_ctx = 64000};
+    cost_step(s, &b, &r);
+    CHECK(r.specialized && !r.fallback, "batch 64 decode: specialized");
+    b.n_decode = 65;
+    cost_step(s, &b, &r);
+    CHECK(!r.specialized && r.fallback && r.kernels_per_layer == 23, "batch 65: fallback");
+    struct cost_batch p = {.n_decode = 4, .decode_positions = 1, .n_prefill = 1,
+                           .prefill_tokens = 512, .prefill_attn = 512 * 256, .sum_ctx = 4000};
+    cost_step(s, &p, &r);
+    CHECK(r.fallback, "mixed prefill + decode: fallback");
+    for (int d = 1; d <= 8; d++) {
+        struct cost_batch v = {.n_decode = 1, .decode_positions = d + 1, .draft = d, .sum_ctx = 100};
+        cost_step(s, &v, &r);
+        CHECKF(r.fallback == (d < 3 || d > 7), "draft %d: fallback %d", d, r.fallback);
+    }
+    cost_destroy(s);
+    struct cost_model *t8 = mk(&kimi, &gb300, 8, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    struct cost_batch one = {.n_decode = 1, .decode_positions = 1, .sum_ctx = 10};
+    if (t8) {
+        cost_step(t8, &one, &r);
+        CHECK(r.specialized, "TP8 on GB300: specialized");
+        cost_destroy(t8);
+    }
+    struct cost_model *b200 = NULL;
+    struct gpu_preset b2;
+    char err[ERR_LEN];
+    if (preset_load_gpu("b200", &b2, err) == 0) {
+        b200 = mk(&kimi, &b2, 16, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+        cost_step(b200, &one, &r);
+        CHECK(r.fallback, "TP16 beyond an 8-GPU NVLink domain: fallback");
+        cost_destroy(b200);
+    }
+    struct cost_model *d = mk(&dsv3, &gb300, 8, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    cost_step(d, &one, &r);
+    CHECK(r.fallback, "a model without the specialized path: fallback");
+    cost_destroy(d);
+    struct cost_model *h = mk(&dsv3, &h200, 8, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    cost_step(h, &one, &r);
+    CHECK(r.fallback, "Hopper: fallback");
+    cost_destroy(h);
+    struct cost_model *a = mk(&kimi, &gb300, 16, ENGINE_BACKEND_AUTO);
+    cost_step(a, &p, &r);
+    CHECK(!r.fallback && !r.specialized, "auto never counts a fallback");
+    cost_destroy(a);
+    /* Layout errors */
+    CHECK(cost_create(&kimi, &gb300, 7, ENGINE_BACKEND_AUTO, NULL, false, err) == NULL, "tp 7 refused");
+    CHECKF(strstr(err, "tp 7") && strstr(err, "96"), "message names tp and heads: %s", err);
+    CHECK(cost_create(&kimi, &gb300, 0, ENGINE_BACKEND_AUTO, NULL, false, err) == NULL, "tp 0 refused");
+}
+
+static int write_file(const char *path, const char *txt)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fputs(txt, f);
+    return fclose(f);
+}
+
+static int64_t kernel_ns(struct cost_model *c, const struct cost_batch *b, int kind,
+                         const char *name, bool *cal)
+{
+    struct cost_kernel_time kt[128];
+    int n = cost_breakdown(c, b, kt, 128);
+    for (int i = 0; i < n; i++)
+        if (kt[i].layer_kind == kind && strcmp(kt[i].name, name) == 0) {
+            if (cal)
+                *cal = kt[i].calibrated;
+            return kt[i].ns;
+        }
+    return -1;
+}
+
+static void test_calibration_file(void)
+{
+    char path[] = "/tmp/agentreplay_test_cal_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "temp file");
+    if (fd < 0)
+        return;
+    close(fd);
+    const char *txt =
+        "{\"format\":\"agentreplay-calibration/1\",\"gpu\":\"gb300\",\"tp\":16,\"source\":\"test\","
+        "\"entries\":["
+        "{\"path\":\"latency_specialized\",\"layer_kind\":\"kda\",\"kernel\":\"kda_recurrent\","
+        " \"points\":[{\"batch\":1,\"context\":0,\"us\":10},{\"batch\":64,\"context\":0,\"us\":73},"
+        "             {\"batch\":1,\"context\":1000,\"us\":20},{\"batch\":64,\"context\":1000,\"us\":83}]},"
+        "{\"path\":\"auto\",\"layer_kind\":\"mla\",\"kernel\":\"mla_attention\",\"tp\":8,"
+        " \"points\":[{\"batch\":1,\"us\":99}]}"
+        "]}";
+    CHECK(write_file(path, txt) == 0, "write calibration");
+    char err[ERR_LEN] = "";
+    struct cost_model *plain = mk(&kimi, &gb300, 16, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    struct cost_model *c = cost_create(&kimi, &gb300, 16, ENGINE_BACKEND_LATENCY_SPECIALIZED,
+                                       path, false, err);
+    CHECKF(c != NULL, "calibration loads: %s", err);
+    if (c) {
+        const char *names[8];
+        int n = cost_calibrated_kernels(c, names, 8);
+        CHECKF(n == 1 && strcmp(names[0], "latency_specialized/kda/kda_recurrent") == 0,
+               "one kernel calibrated (tp 8 entry skipped): %d", n);
+        struct cost_batch b = {.n_decode = 1, .decode_positions = 1, .sum_ctx = 0};
+        bool cal = false;
+        CHECK(kernel_ns(c, &b, LAYER_KDA, "kda_recurrent", &cal) == 10000 && cal,
+              "measured time replaces the kernel");
+        b.n_decode = 32;
+        b.sum_ctx = 32 * 500;
+        CHECK_NEAR(kernel_ns(c, &b, LAYER_KDA, "kda_recurrent", NULL), 46000, 1e-6,
+                   "bilinear interpolation (batch 32, context 500)");
+        b.n_decode = 128;
+        b.sum_ctx = 0;
+        /* batch 128 falls back to the standard path: not calibrated there */
+        CHECK(kernel_ns(c, &b, LAYER_KDA, "kda_recurrent", &cal) > 0 && !cal,
+              "fallback steps use the standard kernels");
+        struct cost_batch b1 = {.n_decode = 1, .decode_positions = 1, .sum_ctx = 0};
+        struct cost_result r1, r0;
+        cost_step(c, &b1, &r1);
+        cost_step(plain, &b1, &r0);
+        int64_t old = kernel_ns(plain, &b1, LAYER_KDA, "kda_recurrent", NULL);
+        CHECK_NEAR((double)(r1.step_ns - r0.step_ns), 69.0 * (10000 - old), 1e-3,
+                   "step grows by the replaced time over 69 KDA layers");
+        cost_destroy(c);
+    }
+    /* Another GPU kind: refused unless forced. */
+    c = cost_create(&kimi, &gb200, 16, ENGINE_BACKEND_AUTO, path, false, err);
+    CHECK(c == NULL && strstr(err, "gb300") && strstr(err, "gb200"), "other GPU kind refused");
+    c = cost_create(&kimi, &gb200, 16, ENGINE_BACKEND_AUTO, path, true, err);
+    CHECK(c != NULL, "forced");
+    cost_destroy(c);
+    /* Bad files. */
+    const char *bad[] = {
+        "{\"format\":\"x\",\"gpu\":\"gb300\",\"entries\":[]}",
+        "{\"format\":\"agentreplay-calibration/1\",\"gpu\":\"gb300\",\"tp\":16,\"entries\":"
+        "[{\"path\":\"auto\",\"layer_kind\":\"kda\",\"kernel\":\"kda_in_proj_small\",\"points\":[{\"batch\":1,\"us\":1}]}]}",
+        "{\"format\":\"agentreplay-calibration/1\",\"gpu\":\"gb300\",\"tp\":16,\"entries\":"
+        "[{\"path\":\"auto\",\"layer_kind\":\"kda\",\"kernel\":\"kda_recurrent\",\"points\":[{\"batch\":0,\"us\":1}]}]}",
+        "{\"format\":\"agentreplay-calibration/1\",\"gpu\":\"gb300\",\"tp\":16,\"entries\":"
+        "[{\"path\":\"auto\",\"layer_kind\":\"kda\",\"kernel\":\"kda_recurrent\",\"points\":[{\"batch\":1,\"us\":1},{\"batch\":1,\"us\":2}]}]}",
+        "{\"format\":\"agentreplay-calibration/1\",\"gpu\":\"gb300\",\"entries\":"
+        "[{\"path\":\"auto\",\"layer_kind\":\"kda\",\"kernel\":\"kda_recurrent\",\"points\":[{\"batch\":1,\"us\":1}]}]}",
+        "{\"format\":\"agentreplay-calibration/1\",\"gpu\":\"gb300\",\"entries\":",
+    };
+    const char *want[] = {"'format'", "entries[0].kernel", "entries[0].points[0]", "two points",
+                          "entries[0].tp", path};
+    struct cost_model *base = mk(&kimi, &gb300, 16, ENGINE_BACKEND_AUTO);
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int rc = cost_load_calibration_mem(base, bad[i], strlen(bad[i]), path, false, err);
+        CHECKF(rc != 0 && strstr(err, want[i]), "bad file %zu refused naming '%s': %s", i, want[i], err);
+    }
+    cost_destroy(base);
+    cost_destroy(plain);
+    unlink(path);
+}
+
+static void test_accept(void)
+{
+    char err[ERR_LEN];
+    struct accept_model a;
+    const int d[] = {7, 4, 3, 2};
+    const double len[] = {3.84, 3.36, 3.00, 2.51};
+    for (int i = 0; i < 4; i++) {
+        CHECK(accept_parse("curve", d[i], &a, err) == 0, "curve parses");
+        CHECK_NEAR(accept_expected_len(&a, d[i]), len[i], 0.005, "fitted curve reproduces the measured length");
+    }
+    CHECK(accept_curve_p(1) > accept_curve_p(2) && accept_curve_p(2) > accept_curve_p(7),
+          "acceptance falls with draft position");
+    CHECK(accept_parse("fixed:6", 7, &a, err) == 0 && accept_expected_len(&a, 7) == 6, "fixed:6");
+    CHECK(a.p[0] == 1 && a.p[4] == 1 && a.p[5] == 0, "fixed:6 as per-position array");
+    CHECK(accept_parse("fixed:9", 7, &a, err) != 0 && strstr(err, "draft + 1 = 8"), "fixed above draft + 1");
+    CHECK(accept_parse("fixed:0.5", 7, &a, err) != 0, "fixed below 1");
+    CHECK(accept_parse("p:0.5", 3, &a, err) == 0, "p: parses");
+    CHECK_NEAR(accept_expected_len(&a, 3), 1.875, 1e-12, "p:0.5 repeats");
+    CHECK(accept_parse("p:0.5,1.5", 3, &a, err) != 0, "probability above 1 refused");
+    CHECK(accept_parse("p:", 3, &a, err) != 0, "empty p refused");
+    CHECK(accept_parse("bogus", 3, &a, err) != 0, "unknown form refused");
+    CHECK(accept_parse("curve", 0, &a, err) != 0, "draft 0 refused");
+    char buf[256];
+    accept_parse("curve", 7, &a, err);
+    accept_format(&a, buf, sizeof buf);
+    CHECKF(strstr(buf, "E[len]=3.8") != NULL, "format: %s", buf);
+}
+
+static int run_cmd(const char *args, char *out, size_t n)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", test_bin(), args);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t k = fread(out, 1, n - 1, p);
+    out[k] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_commands(void)
+{
+    if (access(test_bin(), X_OK) != 0) {
+        SKIP("agentreplay binary not built");
+        return;
+    }
+    static char out[1 << 16], out2[1 << 16];
+    const char *cal = "bench-decode --model kimi-k3 --gpu gb300 --gpus 16 --tp 16 "
+                      "--backend latency_specialized --batch 1 --isl 1 --osl 1000 --json";
+    CHECK(run_cmd(cal, out, sizeof out) == 0, "bench-decode runs");
+    const char *p = strstr(out, "\"decode_tok_s\":");
+    CHECK(p != NULL, "decode_tok_s printed");
+    if (p)
+        CHECK_NEAR(atof(p + 15), 256.4, 0.01, "bench-decode specialized within 1 %");
+    CHECK(strstr(out, "\"kernels_per_layer\": 13") && strstr(out, "\"fallback_steps\": 0") &&
+              strstr(out, "\"step_us\"") && strstr(out, "\"layer_us\""),
+          "required fields");
+    run_cmd(cal, out2, sizeof out2);
+    CHECK(strcmp(out, out2) == 0, "byte-identical output");
+    CHECK(run_cmd("bench-decode --backend auto --json --breakdown", out, sizeof out) == 0, "auto runs");
+    p = strstr(out, "\"decode_tok_s\":");
+    if (p)
+        CHECK_NEAR(atof(p + 15), 136.4, 0.01, "bench-decode auto within 1 %");
+    CHECK(strstr(out, "\"kernel\": \"moe_allreduce\"") != NULL, "breakdown lists kernels");
+    CHECK(run_cmd("bench-decode --backend latency_specialized --spec dspark --draft 7 "
+                  "--acceptance fixed:6", out, sizeof out) == 0, "dspark runs");
+    struct { const char *args, *want; } bad[] = {
+        {"bench-decode --tp 7", "--tp 7"},
+        {"bench-decode --gpus 8 --tp 16", "--tp 16"},
+        {"bench-decode --spec dspark --draft 7 --acceptance fixed:9", "draft + 1 = 8"},
+        {"bench-decode --batch -1", "--batch -1"},
+        {"bench-decode --osl 0", "--osl 0"},
+        {"bench-decode --model nope", "nope"},
+        {"bench-decode --gpu /nonexistent.json", "nonexistent"},
+        {"bench-decode --gpu h100 --tp 8 --gpus 8", "does not fit"},
+        {"bench-decode --tp 5 --gpus 5", "tp 5"},
+        {"bench-decode --backend fast", "fast"},
+        {"fidelity --bogus", "bogus"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int rc = run_cmd(bad[i].args, out, sizeof out);
+        CHECKF(rc == 2 && strstr(out, bad[i].want), "'%s' exits 2 naming '%s' (rc %d: %.200s)",
+               bad[i].args, bad[i].want, rc, out);
+    }
+    CHECK(run_cmd("fidelity", out, sizeof out) == 0, "fidelity runs");
+    CHECK(strstr(out, "gb200-dspark") && strstr(out, "batch-sweep") && strstr(out, "256.4"),
+          "fidelity prints the setups");
+    CHECK(run_cmd("fidelity --json", out, sizeof out) == 0 && strstr(out, "\"predicted_tok_s\""),
+          "fidelity --json");
+}
+
+static void test_fidelity_data(void)
+{
+    char err[ERR_LEN];
+    struct fidelity_row rows[64];
+    int n = fidelity_rows(rows, 64, err);
+    CHECKF(n == 22, "22 fidelity rows (%d): %s", n, n < 0 ? err : "");
+    int n_gb200 = 0, sweep = 0, ds = 0;
+    for (int i = 0; i < n; i++) {
+        n_gb200 += strcmp(rows[i].gpu, "gb200") == 0;
+        sweep += strcmp(rows[i].setup, "batch-sweep") == 0;
+        ds += rows[i].draft == 7;
+        CHECK(rows[i].predicted_tok_s > 0, "positive prediction");
+    }
+    CHECK(n_gb200 == 6 && sweep == 12 && ds == 4, "setups of calibration.md");
+    char path[] = "/tmp/agentreplay_test_fid_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    CHECKF(fidelity_write_csv(path, err) == 0, "fidelity csv: %s", err);
+    size_t len;
+    char *t = util_read_file(path, &len, err);
+    CHECK(t && strstr(t, "setup,gpu,gpus,tp,backend,batch,spec,acceptance,predicted_tok_s,published_tok_s") == t,
+          "fidelity csv header");
+    free(t);
+    CHECKF(breakdown_write_csv(path, 4, err) == 0, "breakdown csv: %s", err);
+    t = util_read_file(path, &len, err);
+    CHECK(t && strstr(t, "path,layer_kind,kernel,batch,us_per_layer\n") == t &&
+              strstr(t, "latency_specialized,kda,o_proj_allreduce_residual,4,") &&
+              strstr(t, "auto,mla,mla_attention,4,"),
+          "breakdown csv has both paths");
+    free(t);
+    unlink(path);
+}
+
+int main(void)
+{
+    char err[ERR_LEN] = "";
+    if (preset_load_model("kimi-k3", &kimi, err) || preset_load_model("deepseek-v3", &dsv3, err) ||
+        preset_load_model("llama-3.1-70b", &llama, err) || preset_load_gpu("gb300", &gb300, err) ||
+        preset_load_gpu("gb200", &gb200, err) || preset_load_gpu("h200", &h200, err)) {
+        fprintf(stderr, "presets: %s\n", err);
+        CHECK(0, "presets load");
+        return test_report();
+    }
+    test_calibration_point();
+    test_bandwidth_floor_and_determinism();
+    test_monotone();
+    test_fallback();
+    test_calibration_file();
+    test_accept();
+    test_fidelity_data();
+    test_commands();
+    return test_report();
+}
