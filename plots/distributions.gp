@@ -4,7 +4,7 @@
 # line the configuration's name; columns: fraction, TTFT (ms), TPOT (ms),
 # interactivity (tok/s/user) at that quantile.
 # Variables: n (blocks), pct (percentile marked), logx1..logx3 (log x per
-# panel), sub (what run is shown), warn (a warning shown in red, or '').
+# panel), ltpot (the blocks that have TPOT values, e.g. '0 2'), sub (what run is shown), warn (a warning shown in red, or '').
 if (!exists("data")) data = 'cdf_data.csv'
 if (!exists("pct")) pct = 90
 if (!exists("logx1")) logx1 = 0
@@ -12,6 +12,7 @@ if (!exists("logx2")) logx2 = 0
 if (!exists("logx3")) logx3 = 0
 if (!exists("sub")) sub = ''
 if (!exists("warn")) warn = ''
+if (!exists("ltpot")) { ltpot = ''; do for [i=0:n-1] { ltpot = ltpot . sprintf('%d ', i) } }
 load 'common.gp'
 q = pct / 100.0
 top = 1 - ((warn ne '') ? 5.8 : 4.2) * chy
@@ -37,7 +38,14 @@ set title "TPOT"
 set xlabel "time per output token (ms)"
 set xrange [*:*]
 if (logx2) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*] }
-plot for [i=0:n-1] data index i using 3:1 with lines lt (i+1) lw 2 notitle
+if (strlen(ltpot) > 0) {
+    plot for [w in ltpot] data index int(w) using 3:1 with lines lt (int(w)+1) lw 2 notitle
+} else {
+    set xrange [0:1]
+    set label 3 "no call had more than one output token" at graph 0.5, graph 0.5 center
+    plot NaN notitle
+    unset label 3
+}
 
 set title "Per-request interactivity"
 set xlabel "interactivity (tok/s per user) = 1 / TPOT"
@@ -45,5 +53,10 @@ set arrow 1 from graph 0, first (1 - q) to graph 1, first (1 - q) nohead dt 2 lc
 set label 2 sprintf("P%d interactivity = 1 / P%d TPOT", pct, pct) at graph 0.99, first (1 - q) right offset 0,0.6 textcolor rgb '#555555'
 set xrange [*:*]
 if (logx3) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*] }
-plot for [i=0:n-1] data index i using 4:1 with lines lt (i+1) lw 2 notitle
+if (strlen(ltpot) > 0) {
+    plot for [w in ltpot] data index int(w) using 4:1 with lines lt (int(w)+1) lw 2 notitle
+} else {
+    set xrange [0:1]
+    plot NaN notitle
+}
 unset multiplot

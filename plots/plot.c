@@ -652,7 +652,7 @@ static void set_free(struct set *s)
 struct chart {
     const char *name;   /* base name of the images: NAME.png, NAME.svg */
     const char *script; /* plots/NAME.gp */
-    char vars[768];     /* gnuplot -e assignments (no quotes of type ") */
+    char vars[2048];    /* gnuplot -e assignments (no quotes of type ") */
     const char *title;  /* heading in report.md */
     char about[1024];   /* what the chart shows, for report.md */
     char data[64];      /* its CSV */
@@ -861,6 +861,8 @@ static int write_cdf(const struct set *s, int conc, const char *warn, int pct,
         return -1;
     int blocks = 0;
     double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {0, 0, 0};
+    struct sbuf with_tpot = {0}; /* blocks that have TPOT values */
+    sb_printf(&with_tpot, "%s", "");
     for (int g = 0; g < s->ncfg; g++) {
         int r = s->cfgs[g].run;
         if (r < 0)
@@ -868,6 +870,7 @@ static int write_cdf(const struct set *s, int conc, const char *warn, int pct,
         struct reqvals v;
         if (read_requests(s->pts[r].dir, &v, err)) {
             fclose(f);
+            sb_free(&with_tpot);
             return -1;
         }
         if (v.n_ttft) {
@@ -897,21 +900,25 @@ static int write_cdf(const struct set *s, int conc, const char *warn, int pct,
                     lo[m] = fmin(lo[m], quantile(arr[m], cnt[m], 0.01));
                     hi[m] = fmax(hi[m], arr[m][cnt[m] - 1]);
                 }
+            if (v.n_tpot)
+                sb_printf(&with_tpot, "%s%d", with_tpot.len ? " " : "", blocks);
             blocks++;
         }
         reqvals_free(&v);
     }
-    if (close_out(f, outdir, "cdf_data.csv", err))
-        return -1;
-    if (!blocks)
-        return 0;
+    bool bad = close_out(f, outdir, "cdf_data.csv", err);
+    if (bad || !blocks) {
+        sb_free(&with_tpot);
+        return bad ? -1 : 0;
+    }
     char cl[64] = "each configuration's highest concurrency";
     if (conc)
         snprintf(cl, sizeof cl, "concurrency %d", conc);
     snprintf(ch->vars, sizeof ch->vars,
-             "n=%d; pct=%d; logx1=%d; logx2=%d; logx3=%d; sub='%s'; warn='%s'", blocks, pct,
-             want_log(lo[0], hi[0], 30), want_log(lo[1], hi[1], 30),
-             want_log(lo[2], hi[2], 30), cl, warn);
+             "n=%d; pct=%d; logx1=%d; logx2=%d; logx3=%d; ltpot='%s'; sub='%s'; warn='%s'",
+             blocks, pct, want_log(lo[0], hi[0], 30), want_log(lo[1], hi[1], 30),
+             want_log(lo[2], hi[2], 30), with_tpot.p, cl, warn);
+    sb_free(&with_tpot);
     snprintf(ch->data, sizeof ch->data, "cdf_data.csv");
     snprintf(ch->about, sizeof ch->about,
              "Cumulative distributions over measured calls (warmup, errored and cancelled "
@@ -944,6 +951,10 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
         return -1;
     int blocks = 0, rc = 0;
     double tmax = 0, cmax[NC] = {0};
+    struct sbuf has[NC]; /* per column: the blocks with values in it */
+    memset(has, 0, sizeof has);
+    for (int k = 0; k < NC; k++)
+        sb_printf(&has[k], "%s", "");
     for (int g = 0; g < s->ncfg && !rc; g++) {
         int r = s->cfgs[g].run;
         char path[PATH_MAX + 32];
@@ -969,6 +980,7 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
             fprintf(f, ",live_sessions,running,waiting,kv_used_pct,prefix_hit_pct,"
                        "tokens_per_s,output_tokens_per_s\n");
             int bin = (c.nrows + TIMELINE_MAX_ROWS - 1) / TIMELINE_MAX_ROWS;
+            bool seen[NC] = {false};
             for (int a = 0; a < c.nrows && !rc; a += bin) {
                 double sum[NC] = {0};
                 int cnt[NC] = {0};
@@ -988,20 +1000,27 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
                     if (k)
                         fputc(',', f);
                     csv_num(f, cnt[k] ? sum[k] / cnt[k] : NAN);
-                    if (cnt[k])
+                    if (cnt[k]) {
                         cmax[k] = fmax(cmax[k], sum[k] / cnt[k]);
+                        seen[k] = true;
+                    }
                 }
                 fputc('\n', f);
                 tmax = fmax(tmax, sum[0] / cnt[0]);
             }
+            for (int k = 0; k < NC; k++)
+                if (seen[k])
+                    sb_printf(&has[k], "%s%d", has[k].len ? " " : "", blocks);
             blocks++;
         }
         csv_free(&c);
     }
-    if (close_out(f, outdir, "timeline_data.csv", err) || rc)
-        return -1;
-    if (!blocks)
-        return 0;
+    bool bad = close_out(f, outdir, "timeline_data.csv", err) || rc;
+    if (bad || !blocks) {
+        for (int k = 0; k < NC; k++)
+            sb_free(&has[k]);
+        return bad ? -1 : 0;
+    }
     char cl[64] = "each configuration's highest concurrency";
     if (conc)
         snprintf(cl, sizeof cl, "concurrency %d", conc);
@@ -1011,9 +1030,12 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
         top[k] = cmax[k] > 0 ? cmax[k] * 1.08 : 1;
     snprintf(ch->vars, sizeof ch->vars,
              "n=%d; tunit=%d; tmax=%.6g; ylive=%.6g; yrun=%.6g; ywait=%.6g; ytok=%.6g; "
-             "sub='%s'; warn='%s'",
-             blocks, tmax > 7200 ? 60 : 1, tmax, top[1], top[2], top[3], fmax(top[6], top[7]), cl,
-             warn);
+             "l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; l7='%s'; l8='%s'; sub='%s'; "
+             "warn='%s'",
+             blocks, tmax > 7200 ? 60 : 1, tmax, top[1], top[2], top[3], fmax(top[6], top[7]),
+             has[1].p, has[2].p, has[3].p, has[4].p, has[5].p, has[6].p, has[7].p, cl, warn);
+    for (int k = 0; k < NC; k++)
+        sb_free(&has[k]);
     snprintf(ch->data, sizeof ch->data, "timeline_data.csv");
     snprintf(ch->about, sizeof ch->about,
              "The run at %s over its own clock (simulated time for sim runs, real time for "
@@ -1701,7 +1723,7 @@ int plot_results(const char **dirs, int n, const char *outdir, const struct plot
             for (int fm = 0; fm < 2; fm++) {
                 if (!(fm ? o->svg : o->png))
                     continue;
-                char expr[1200];
+                char expr[2600];
                 chart_expr(&charts[i], fm, o, expr, sizeof expr);
                 fprintf(f, "\"$GNUPLOT\" -e \"%s\" %s || exit 1\n", expr, charts[i].script);
             }
@@ -1727,7 +1749,7 @@ int plot_results(const char **dirs, int n, const char *outdir, const struct plot
             for (int fm = 0; fm < 2 && rc >= 0; fm++) {
                 if (!(fm ? o->svg : o->png))
                     continue;
-                char expr[1200], img[PATH_MAX + 64];
+                char expr[2600], img[PATH_MAX + 64];
                 chart_expr(&charts[i], fm, o, expr, sizeof expr);
                 snprintf(img, sizeof img, "%s/%s.%s", outdir, charts[i].name, fmt_name[fm]);
                 unlink(img);

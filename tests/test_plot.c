@@ -475,6 +475,47 @@ int main(void)
         }
     }
 
+    /* 3b. Sparse data: only one-token calls (no TPOT), seconds without
+     * prompts (no hit rate): empty panels, still no gnuplot messages. */
+    if (have_gp) {
+        char sp[300];
+        snprintf(sp, sizeof sp, "%s/sparse", root);
+        must_mkdir(sp);
+        FILE *f = must_open(sp, "run.json");
+        fprintf(f, "{\"schema_version\":1,\"label\":\"TP16x1 auto\",\"gpus\":16,\"tp\":16,"
+                   "\"replicas\":1,\"backend\":\"auto\",\"concurrency\":2,\"metrics\":{"
+                   "\"interactivity_tok_s\":{\"p90\":null},\"ttft_ms\":{\"p90\":120},"
+                   "\"throughput_tok_s_per_gpu\":{\"total\":50,\"output\":0.1}}}\n");
+        fclose(f);
+        f = must_open(sp, "requests.jsonl");
+        for (int i = 0; i < 20; i++)
+            fprintf(f, "{\"session\":\"a\",\"start_ns\":%d000000000,\"first_token_ns\":"
+                       "%d100000000,\"end_ns\":%d100000000,\"output_tokens\":1,"
+                       "\"prompt_tokens\":900,\"warmup\":false,\"cancelled\":false,"
+                       "\"error\":null}\n",
+                    i + 1, i + 1, i + 1);
+        fclose(f);
+        f = must_open(sp, "timeline.csv");
+        fprintf(f, "t_s,live_sessions,running,waiting,kv_used_frac,prefix_hit_rate,"
+                   "tokens_per_s,output_tokens_per_s\n");
+        for (int i = 0; i < 20; i++)
+            fprintf(f, "%d,2,1,0,0.1,,900,1\n", i);
+        fclose(f);
+        snprintf(out, sizeof out, "%s/out-sparse", root);
+        const char *dirs[] = {sp};
+        struct plot_opts p = o;
+        p.svg = false;
+        int rc = plot_results(dirs, 1, out, &p, err);
+        CHECKF(rc == PLOT_OK, "sparse run plotted without gnuplot messages (rc %d: %s)", rc,
+               err);
+        CHECK(!exists(out, "pareto.png") && exists(out, "distributions.png") &&
+                  exists(out, "timeline.png"),
+              "no Pareto without interactivity; distributions and timeline drawn");
+        int missing;
+        report_links(out, &missing);
+        CHECK(missing == 0, "sparse report links exist");
+    }
+
     /* 4. Without gnuplot: data, scripts, render.sh and report; exit 0. */
     {
         snprintf(out, sizeof out, "%s/out-nognuplot", root);
