@@ -47,25 +47,68 @@
 
 #define SERVE_CHUNK_TOKENS 64
 
-/* ---- a loop whose clock runs `scale` times faster than another ---- */
+/* ---- the engine's clock ----
+ * A loop over the real one whose time runs `scale` times faster and, like
+ * the virtual clock, never passes an armed timer: now() is the firing
+ * timer's own time inside its callback, else min(scaled real time,
+ * earliest armed timer). So the engine sees every step boundary at exactly
+ * its time (as on the virtual clock), requests that arrive while a step is
+ * due are submitted at that step's time, and time never goes backwards
+ * (timers are armed at or after now, and fire only once real time has
+ * reached them). */
 
 struct sloop {
     struct loop base;
     struct loop *inner;
     double scale;
     struct loop_timer wake;
+    int firing;
+    int64_t fire_at;
 };
+
+static int64_t s_real(struct sloop *s) { return (int64_t)((double)loop_now(s->inner) * s->scale); }
 
 static int64_t s_now(struct loop *l)
 {
     struct sloop *s = (struct sloop *)l;
-    return (int64_t)((double)loop_now(s->inner) * s->scale);
+    if (s->firing)
+        return s->fire_at;
+    int64_t t = s_real(s);
+    if (l->heap.n && l->heap.v[0]->at_ns < t)
+        t = l->heap.v[0]->at_ns;
+    return t;
 }
 
 static void s_fire(struct loop *il, struct loop_timer *t);
+static void s_rearm(struct sloop *s);
+
+/* Freezes the clock at its current time around a call into the engine
+ * from outside its timers (submit, cancel), so that the engine reads one
+ * time throughout, as it would on the virtual clock. Returns whether it
+ * froze (nested calls leave it as it is). */
+static int sloop_freeze(struct loop *l)
+{
+    struct sloop *s = (struct sloop *)l;
+    if (s->firing)
+        return 0;
+    s->fire_at = s_now(l);
+    s->firing = 1;
+    return 1;
+}
+
+static void sloop_thaw(struct loop *l, int froze)
+{
+    struct sloop *s = (struct sloop *)l;
+    if (!froze)
+        return;
+    s->firing = 0;
+    s_rearm(s);
+}
 
 static void s_rearm(struct sloop *s)
 {
+    if (s->firing)
+        return;
     if (!s->base.heap.n) {
         loop_cancel(s->inner, &s->wake);
         return;
@@ -79,12 +122,13 @@ static void s_fire(struct loop *il, struct loop_timer *t)
 {
     struct sloop *s = t->arg;
     struct loop *l = &s->base;
-    int64_t now = s_now(l);
-    while (l->heap.n && l->heap.v[0]->at_ns <= now) {
+    while (l->heap.n && l->heap.v[0]->at_ns <= s_real(s)) {
         struct loop_timer *x = loop_heap_pop(&l->heap);
         l->fired++;
+        s->firing = 1;
+        s->fire_at = x->at_ns;
         x->cb(l, x);
-        now = s_now(l);
+        s->firing = 0;
     }
     s_rearm(s);
 }
@@ -263,8 +307,11 @@ static json_t *usage_json(struct sreq *q)
 static void cancel_cb(struct loop *l, struct loop_timer *t)
 {
     struct sreq *q = t->arg;
-    if (!q->done)
+    if (!q->done) {
+        int fz = sloop_freeze(q->s->tloop);
         target_cancel(q->s->tg, &q->call);
+        sloop_thaw(q->s->tloop, fz);
+    }
 }
 
 /* Cancels the backend's work soon (never from inside its own callback). */
@@ -388,8 +435,11 @@ static void submit_now(struct sreq *q)
 {
     char err[ERR_LEN];
     struct srv *s = q->s;
+    int fz = sloop_freeze(s->tloop);
     q->call.start_ns = loop_now(s->tloop);
-    if (target_submit(s->tg, &q->call, err)) {
+    int rc = target_submit(s->tg, &q->call, err);
+    sloop_thaw(s->tloop, fz);
+    if (rc) {
         s->completions_failed++;
         if (q->c)
             respond_error(q->c, 400, "invalid_request_error", err);
@@ -674,14 +724,6 @@ static void sig_cb(struct loop *l, struct loop_io *io, int revents)
 
 /* ---- the command ---- */
 
-/* Engine entry points, referenced weakly so that the server builds before
- * the engine does; without them only --fake is available. */
-__attribute__((weak)) struct target *target_engine_create(const struct engine_config *cfg,
-                                                          struct loop *l, char *err);
-__attribute__((weak)) void engine_config_defaults(struct engine_config *c);
-__attribute__((weak)) int engine_config_flag(struct engine_config *c, int argc, char **argv, int *i,
-                                             char *err);
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -729,9 +771,7 @@ int serve_cmd(int argc, char **argv)
     int fake = 0;
     struct engine_config ecfg;
     memset(&ecfg, 0, sizeof ecfg);
-    int have_engine = target_engine_create && engine_config_defaults && engine_config_flag;
-    if (have_engine)
-        engine_config_defaults(&ecfg);
+    engine_config_defaults(&ecfg);
     struct srv *s = xcalloc(1, sizeof *s);
     s->fault_stall_rate = -1;
     s->sig_pipe[0] = s->sig_pipe[1] = -1;
@@ -744,7 +784,7 @@ int serve_cmd(int argc, char **argv)
             free(s);
             return EXIT_OK;
         }
-        if (have_engine) {
+        {
             int k = engine_config_flag(&ecfg, argc, argv, &i, err);
             if (k < 0) {
                 fprintf(stderr, "serve: %s\n", err);
@@ -823,11 +863,6 @@ int serve_cmd(int argc, char **argv)
         fprintf(stderr, "serve: listening on %s (not loopback) needs --api-key\n", host);
         goto out;
     }
-    if (!fake && !have_engine) {
-        fprintf(stderr, "serve: the engine is not built in; use --fake\n");
-        rc = EXIT_FAIL;
-        goto out;
-    }
     rng_init(&s->fault_rng, (uint64_t)fault_seed, RNG_FAULT);
     s->loop = loop_real_create();
     if (!s->loop) {
@@ -835,7 +870,7 @@ int serve_cmd(int argc, char **argv)
         rc = EXIT_FAIL;
         goto out;
     }
-    s->tloop = time_scale == 1 ? s->loop : sloop_create(s->loop, time_scale);
+    s->tloop = sloop_create(s->loop, time_scale);
     if (fake) {
         struct target_fake_config fc = {
             .overhead_ns = (int64_t)(fake_ttft_ms * NS_PER_MS),
@@ -905,8 +940,11 @@ out:
     while (s->live) {
         struct sreq *q = s->live;
         q->c = NULL;
-        if (q->submitted && !q->done)
+        if (q->submitted && !q->done) {
+            int fz = sloop_freeze(s->tloop);
             target_cancel(s->tg, &q->call);
+            sloop_thaw(s->tloop, fz);
+        }
         if (s->live == q)
             sreq_free(q);
     }

@@ -11,8 +11,9 @@
  * Memory per call in flight: the easy handle (curl's receive buffer is cut
  * to 4 KiB and its upload buffer to the 16 KiB minimum), the SSE parser's
  * buffer (the largest event) and this file's struct hcall (under 1 KiB).
- * Request bodies are produced by CURLOPT_READFUNCTION as curl sends them:
- * a JSON head, the prompt from prompt_gen_read, a JSON tail.
+ * Request bodies are produced by CURLOPT_READFUNCTION as curl sends them
+ * (Transfer-Encoding: chunked, so nothing is computed before the send
+ * starts): a JSON head, the prompt from prompt_gen_read, a JSON tail.
  */
 #include "replay/http_target.h"
 
@@ -514,7 +515,6 @@ static int http_submit(struct target *tg, struct target_call *c, char *err)
         "\"temperature\":0}",
         t->cfg.endpoint == HTTP_EP_CHAT ? "\"}]" : tokens ? "]" : "\"", (long long)c->max_tokens,
         c->ignore_eos ? "\"ignore_eos\":true," : "");
-    int64_t body = (int64_t)h->head_len + prompt_bytes(&ps, t->cfg.prompt_mode) + (int64_t)h->tail_len;
     sse_init(&h->sse, SSE_MAX_EVENT, on_event, h);
     if (t->hold) {
         link_call(t, h);
@@ -532,7 +532,8 @@ static int http_submit(struct target *tg, struct target_call *c, char *err)
     curl_easy_setopt(h->easy, CURLOPT_POST, 1L);
     curl_easy_setopt(h->easy, CURLOPT_READFUNCTION, read_fn);
     curl_easy_setopt(h->easy, CURLOPT_READDATA, h);
-    curl_easy_setopt(h->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body);
+    /* No length: curl sends the body chunked as read_fn produces it, so a
+     * long prompt costs nothing before the send starts. */
     link_call(t, h);
     t->running++;
     t->counts.submitted++;
