@@ -263,9 +263,10 @@ int sched_submit(struct sched *s, struct engine_request *r, char *err)
 void sched_cancel(struct sched *s, struct engine_request *r)
 {
     struct sreq *q = r->priv;
-    if (!q || q->state == SREQ_DONE)
+    if (!q || q->state == SREQ_DONE || q->cancelled)
         return;
     q->cancelled = true;
+    q->cancel_ns = loop_now(s->loop);
 }
 
 /* Hash of full block i of q's tokens (hash[i-1] must be known). */
@@ -675,7 +676,7 @@ static void apply_step(struct sched *s, int k, int64_t t)
         commit_blocks(s, q);
         if (emitted) {
             s->output_tokens += emitted;
-            if (q->cancelled)
+            if (q->cancelled && t > q->cancel_ns)
                 continue;
             if (!q->first_sent) {
                 q->first_sent = true;

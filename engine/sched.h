@@ -108,6 +108,7 @@ struct sreq {
     enum sreq_state state;
     bool cancelled, first_sent, prefilling;
     int fail;                /* engine_status to end with at the next boundary */
+    int64_t cancel_ns;       /* when cancelled: emissions after it are not delivered */
     /* This step. */
     int64_t step_new;        /* tokens computed this step */
     bool step_decode;        /* a decode (verification) step */
