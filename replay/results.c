@@ -203,7 +203,7 @@ void results_sweep_row(FILE *f, const void *run, const char *dir)
 
 void results_table_header(FILE *f)
 {
-    fprintf(f, "%-32s %5s %4s %12s %12s %12s %12s %8s %6s\n", "configuration", "GPUs", "conc",
+    fprintf(f, "%-38s %5s %4s %12s %12s %12s %13s %6s %6s\n", "configuration", "GPUs", "conc",
             "P90 tok/s/u", "P90 TTFT ms", "tok/s/GPU", "out tok/s/GPU", "hit", "valid");
 }
 
@@ -211,7 +211,7 @@ void results_table_row(FILE *f, const void *run)
 {
     const char *label = results_str(run, "label");
     json_t *v = at(run, "agentx_valid");
-    fprintf(f, "%-32s %5d %4d %12.1f %12.0f %12.0f %12.1f %8.3f %6s\n", label ? label : "?",
+    fprintf(f, "%-38s %5d %4d %12.1f %12.0f %12.0f %13.1f %6.3f %6s\n", label ? label : "?",
             (int)results_num(run, "gpus"), (int)results_num(run, "concurrency"),
             results_num(run, "metrics.interactivity_tok_s.p90"), results_num(run, "metrics.ttft_ms.p90"),
             results_num(run, "metrics.throughput_tok_s_per_gpu.total"),

@@ -98,8 +98,8 @@ static int load_trace(struct ctx *c, const char *path, const struct trace_read_o
 {
     char buf[1024];
     if (!path) {
-        if (util_data_path("traces/samples", buf, sizeof buf))
-            return err_set(err, "the built-in sample trace (traces/samples) was not found; give --trace");
+        if (util_data_path("traces/samples/agentic-synth.jsonl", buf, sizeof buf))
+            return err_set(err, "the built-in sample trace (traces/samples/agentic-synth.jsonl) was not found; give --trace");
         path = buf;
     }
     snprintf(c->trace_path, sizeof c->trace_path, "%s", path);
