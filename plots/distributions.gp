@@ -4,7 +4,7 @@
 # line the configuration's name; columns: fraction, TTFT (ms), TPOT (ms),
 # interactivity (tok/s/user) at that quantile.
 # Variables: n (blocks), pct (percentile marked), logx1..logx3 (log x per
-# panel), ltpot (the blocks that have TPOT values, e.g. '0 2'), sub (what run is shown), warn (a warning shown in red, or '').
+# panel), xmax1..xmax3 (largest value per panel), ltpot (the blocks that have TPOT values, e.g. '0 2'), sub (what run is shown), warn (a warning shown in red, or '').
 if (!exists("data")) data = 'cdf_data.csv'
 if (!exists("pct")) pct = 90
 if (!exists("logx1")) logx1 = 0
@@ -12,6 +12,9 @@ if (!exists("logx2")) logx2 = 0
 if (!exists("logx3")) logx3 = 0
 if (!exists("sub")) sub = ''
 if (!exists("warn")) warn = ''
+if (!exists("xmax1")) xmax1 = 0
+if (!exists("xmax2")) xmax2 = 0
+if (!exists("xmax3")) xmax3 = 0
 if (!exists("ltpot")) { ltpot = ''; do for [i=0:n-1] { ltpot = ltpot . sprintf('%d ', i) } }
 load 'common.gp'
 q = pct / 100.0
@@ -29,7 +32,7 @@ set label 2 sprintf("P%d", pct) at graph 0.01, first q offset 0,0.6 textcolor rg
 
 set title "TTFT"
 set xlabel "time to first token (ms)"
-if (logx1) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*] }
+if (logx1) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*]; if (xmax1 > 0) { set xtics nice_step(xmax1, W / 3 / 75) } }
 plot for [i=0:n-1] data index i using 2:1 with lines lt (i+1) lw 2 title columnheader(1)
 
 unset label 99
@@ -37,7 +40,8 @@ set key off
 set title "TPOT"
 set xlabel "time per output token (ms)"
 set xrange [*:*]
-if (logx2) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*] }
+set xtics autofreq
+if (logx2) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*]; if (xmax2 > 0) { set xtics nice_step(xmax2, W / 3 / 75) } }
 if (strlen(ltpot) > 0) {
     plot for [w in ltpot] data index int(w) using 3:1 with lines lt (int(w)+1) lw 2 notitle
 } else {
@@ -52,7 +56,8 @@ set xlabel "interactivity (tok/s per user) = 1 / TPOT"
 set arrow 1 from graph 0, first (1 - q) to graph 1, first (1 - q) nohead dt 2 lc rgb '#555555' lw 1 front
 set label 2 sprintf("P%d interactivity = 1 / P%d TPOT", pct, pct) at graph 0.99, first (1 - q) right offset 0,0.6 textcolor rgb '#555555'
 set xrange [*:*]
-if (logx3) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*] }
+set xtics autofreq
+if (logx3) { set logscale x; set mxtics 10 } else { unset logscale x; set mxtics 2; set xrange [0:*]; if (xmax3 > 0) { set xtics nice_step(xmax3, W / 3 / 75) } }
 if (strlen(ltpot) > 0) {
     plot for [w in ltpot] data index int(w) using 4:1 with lines lt (int(w)+1) lw 2 notitle
 } else {

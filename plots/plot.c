@@ -35,6 +35,8 @@ static const int pct_list[NPCT] = {50, 75, 90, 95, 99};
 #define CDF_STEPS 500
 /* Timelines longer than this many rows are averaged into this many bins. */
 #define TIMELINE_MAX_ROWS 1500
+/* Tokens/s in the timeline: trailing means over this many seconds. */
+#define TOKENS_WINDOW_S 10.0
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -915,16 +917,19 @@ static int write_cdf(const struct set *s, int conc, const char *warn, int pct,
     if (conc)
         snprintf(cl, sizeof cl, "concurrency %d", conc);
     snprintf(ch->vars, sizeof ch->vars,
-             "n=%d; pct=%d; logx1=%d; logx2=%d; logx3=%d; ltpot='%s'; sub='%s'; warn='%s'",
+             "n=%d; pct=%d; logx1=%d; logx2=%d; logx3=%d; xmax1=%.6g; xmax2=%.6g; "
+             "xmax3=%.6g; ltpot='%s'; sub='%s'; warn='%s'",
              blocks, pct, want_log(lo[0], hi[0], 30), want_log(lo[1], hi[1], 30),
-             want_log(lo[2], hi[2], 30), with_tpot.p, cl, warn);
+             want_log(lo[2], hi[2], 30), hi[0], hi[1], hi[2], with_tpot.p, cl, warn);
     sb_free(&with_tpot);
     snprintf(ch->data, sizeof ch->data, "cdf_data.csv");
     snprintf(ch->about, sizeof ch->about,
              "Cumulative distributions over measured calls (warmup, errored and cancelled "
              "calls excluded) at %s: TTFT (first token - send time), TPOT ((last token - first "
              "token) / (output tokens - 1), calls with more than one output token) and "
-             "per-request interactivity (1 / TPOT). The dashed lines mark P%d; P%d "
+             "per-request interactivity (1 / TPOT). Curves join the percentiles at every "
+             "0.2 %% (linear interpolation between closest ranks, as the reported "
+             "percentiles), so each curve crosses P%d at the reported value; P%d "
              "interactivity (1 / P%d TPOT) lies at fraction %.2f of the interactivity "
              "curve.%s%s",
              cl, pct, pct, pct, 1.0 - pct / 100.0, *warn ? " **" : "", *warn ? warn : "");
@@ -950,7 +955,9 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
     if (!f)
         return -1;
     int blocks = 0, rc = 0;
-    double tmax = 0, cmax[NC] = {0};
+    double tmax = 0, cmax[NC] = {0}, cmin_pos[NC];
+    for (int k = 0; k < NC; k++)
+        cmin_pos[k] = INFINITY;
     struct sbuf has[NC]; /* per column: the blocks with values in it */
     memset(has, 0, sizeof has);
     for (int k = 0; k < NC; k++)
@@ -978,9 +985,12 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
                 fprintf(f, "%s\"%s, c=%d\"", blocks ? "\n\n" : "", s->cfgs[g].name,
                         s->pts[r].concurrency);
             fprintf(f, ",live_sessions,running,waiting,kv_used_pct,prefix_hit_pct,"
-                       "tokens_per_s,output_tokens_per_s\n");
+                       "tokens_per_s_mean%.0fs,output_tokens_per_s_mean%.0fs\n",
+                    TOKENS_WINDOW_S, TOKENS_WINDOW_S);
+            /* rows averaged into bins when long, NaN where absent */
             int bin = (c.nrows + TIMELINE_MAX_ROWS - 1) / TIMELINE_MAX_ROWS;
-            bool seen[NC] = {false};
+            int nb = 0;
+            double(*v)[NC] = xmalloc(sizeof *v * (size_t)(c.nrows / bin + 1));
             for (int a = 0; a < c.nrows && !rc; a += bin) {
                 double sum[NC] = {0};
                 int cnt[NC] = {0};
@@ -996,18 +1006,52 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
                     }
                 if (rc || !cnt[0])
                     continue;
+                for (int k = 0; k < NC; k++)
+                    v[nb][k] = cnt[k] ? sum[k] / cnt[k] : NAN;
+                nb++;
+            }
+            /* tokens/s: trailing means over TOKENS_WINDOW_S (prefill makes
+             * single seconds spike far above the sustained rate) */
+            double (*tok)[2] = xmalloc(sizeof *tok * (size_t)(nb + 1));
+            for (int k = 0; k < 2; k++) {
+                double acc = 0;
+                int n_acc = 0, lo = 0;
+                for (int i = 0; i < nb; i++) {
+                    double x = v[i][6 + k];
+                    if (isfinite(x)) {
+                        acc += x;
+                        n_acc++;
+                    }
+                    while (v[lo][0] <= v[i][0] - TOKENS_WINDOW_S) {
+                        if (isfinite(v[lo][6 + k])) {
+                            acc -= v[lo][6 + k];
+                            n_acc--;
+                        }
+                        lo++;
+                    }
+                    tok[i][k] = n_acc ? acc / n_acc : NAN;
+                }
+            }
+            bool seen[NC] = {false};
+            for (int i = 0; i < nb; i++) {
+                v[i][6] = tok[i][0];
+                v[i][7] = tok[i][1];
                 for (int k = 0; k < NC; k++) {
                     if (k)
                         fputc(',', f);
-                    csv_num(f, cnt[k] ? sum[k] / cnt[k] : NAN);
-                    if (cnt[k]) {
-                        cmax[k] = fmax(cmax[k], sum[k] / cnt[k]);
+                    csv_num(f, v[i][k]);
+                    if (isfinite(v[i][k])) {
+                        cmax[k] = fmax(cmax[k], v[i][k]);
+                        if (v[i][k] > 0)
+                            cmin_pos[k] = fmin(cmin_pos[k], v[i][k]);
                         seen[k] = true;
                     }
                 }
                 fputc('\n', f);
-                tmax = fmax(tmax, sum[0] / cnt[0]);
+                tmax = fmax(tmax, v[i][0]);
             }
+            free(tok);
+            free(v);
             for (int k = 0; k < NC; k++)
                 if (seen[k])
                     sb_printf(&has[k], "%s%d", has[k].len ? " " : "", blocks);
@@ -1030,10 +1074,11 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
         top[k] = cmax[k] > 0 ? cmax[k] * 1.08 : 1;
     snprintf(ch->vars, sizeof ch->vars,
              "n=%d; tunit=%d; tmax=%.6g; ylive=%.6g; yrun=%.6g; ywait=%.6g; ytok=%.6g; "
-             "l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; l7='%s'; l8='%s'; sub='%s'; "
+             "logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; l7='%s'; l8='%s'; sub='%s'; "
              "warn='%s'",
              blocks, tmax > 7200 ? 60 : 1, tmax, top[1], top[2], top[3], fmax(top[6], top[7]),
-             has[1].p, has[2].p, has[3].p, has[4].p, has[5].p, has[6].p, has[7].p, cl, warn);
+             want_log(fmin(cmin_pos[6], cmin_pos[7]), fmax(cmax[6], cmax[7]), 1000), has[1].p,
+             has[2].p, has[3].p, has[4].p, has[5].p, has[6].p, has[7].p, cl, warn);
     for (int k = 0; k < NC; k++)
         sb_free(&has[k]);
     snprintf(ch->data, sizeof ch->data, "timeline_data.csv");
@@ -1041,9 +1086,11 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
              "The run at %s over its own clock (simulated time for sim runs, real time for "
              "load runs), one value per second%s: live sessions and running calls, calls "
              "waiting for admission, KV cache in use (%% of blocks), prefix-cache hit rate "
-             "(%% of the prompt tokens of that second served from cache), and tokens/s "
-             "(total = input + output, and output only).%s%s%s",
-             cl, tmax > 2 * TIMELINE_MAX_ROWS ? " (averaged over bins)" : "",
+             "(%% of the prompt tokens of that second served from cache; seconds without "
+             "prompts have no point), and tokens/s of the whole deployment (total = input "
+             "incl. cached + output, and output only; trailing %.0f s means, since a "
+             "prefill makes single seconds spike).%s%s%s",
+             cl, tmax > 2 * TIMELINE_MAX_ROWS ? " (averaged over bins)" : "", TOKENS_WINDOW_S,
              *warn ? " **" : "", warn, *warn ? "**" : "");
     return 1;
 }

@@ -5,7 +5,7 @@
 # running, waiting, kv_used_pct, prefix_hit_pct, tokens_per_s,
 # output_tokens_per_s.
 # Variables: n (blocks), l2..l8 (the blocks with values in columns 2..8),
-# tunit (1: seconds, 60: minutes), tmax (s), ylive, yrun,
+# tunit (1: seconds, 60: minutes), tmax (s), logtok (log tokens/s axis), ylive, yrun,
 # ywait, ytok (axis tops), sub (the run shown), warn (a warning in red, or
 # '').
 if (!exists("data")) data = 'timeline_data.csv'
@@ -14,6 +14,7 @@ if (!exists("sub")) sub = ''
 if (!exists("warn")) warn = ''
 if (!exists("ylive")) ylive = 1
 if (!exists("tmax")) tmax = 0
+if (!exists("logtok")) logtok = 0
 if (!exists("yrun")) yrun = 1
 if (!exists("ywait")) ywait = 1
 if (!exists("ytok")) ytok = 1
@@ -37,12 +38,8 @@ set multiplot layout 2,3 title sprintf("Timeline of the run at %s (one value per
 if (warn ne '') set label 99 warn at screen 0.5, 1 - 2.7 * chy center textcolor rgb '#B00000' font f_warn
 set xlabel tl
 # about one x tic per 90 pixels of a panel, at a round step
-if (exists("tmax") && tmax > 0) {
-    raw = tmax / tunit / ((W / 3 / 90 > 2) ? W / 3 / 90 : 2)
-    mag = 10 ** floor(log10(raw))
-    r = raw / mag
-    tstep = ((r <= 1) ? 1 : (r <= 2) ? 2 : (r <= 5) ? 5 : 10) * mag
-    set xtics tstep
+if (tmax > 0) {
+    set xtics nice_step(tmax / tunit, W / 3 / 90)
     set xrange [0:tmax / tunit]
 }
 set mxtics 2
@@ -79,16 +76,23 @@ if (strlen(l5) > 0) {
     plot for [w in l5] data index int(w) using ($1/tunit):5 with lines lt (int(w)+1) lw 1.5 notitle
 } else { @nodata }
 
-set title "Prefix-cache hit rate"
+set title "Prefix-cache hit rate (seconds with prompts)"
 set ylabel "% of prompt tokens"
 set yrange [0:105]
 if (strlen(l6) > 0) {
-    plot for [w in l6] data index int(w) using ($1/tunit):6 with lines lt (int(w)+1) lw 1 notitle
+    plot for [w in l6] data index int(w) using ($1/tunit):6 with points lt (int(w)+1) pt 7 ps 0.35 notitle
 } else { @nodata }
 
-set title "Tokens/s: total (solid), output (dashed)"
-set ylabel "tok/s, whole deployment"
-set yrange [0:ytok]
+set title "Tokens/s, 10 s means (dashed: output)"
+if (logtok) {
+    set ylabel "tok/s, whole deployment (log)"
+    set logscale y
+    set yrange [1:ytok * 2]
+    set mytics 10
+} else {
+    set ylabel "tok/s, whole deployment"
+    set yrange [0:ytok]
+}
 if (strlen(l7) > 0 && strlen(l8) > 0) {
     plot for [w in l7] data index int(w) using ($1/tunit):7 with lines lt (int(w)+1) lw 1 notitle, \
          for [w in l8] data index int(w) using ($1/tunit):8 with lines lt (int(w)+1) lw 1 dt 2 notitle
