@@ -737,7 +737,7 @@ static int write_pareto(const struct set *s, int pi, const char *outdir, struct 
     for (int g = 1; g < s->ncfg; g++)
         mixed |= s->cfgs[g].gpus != s->cfgs[0].gpus;
     snprintf(ch->vars, sizeof ch->vars, "n=%d; pct=%d; logx=%d; logy=%d; mixed=%d", blocks,
-             pct_list[pi], xmax > 10 * xmin, ymax > 20 * ymin, mixed);
+             pct_list[pi], xmax > 20 * xmin, ymax > 50 * ymin, mixed);
     snprintf(ch->data, sizeof ch->data, "pareto_data.csv");
     snprintf(ch->about, sizeof ch->about,
              "Total throughput per GPU against P%d interactivity (1 / P%d TPOT, tok/s per "
@@ -1074,10 +1074,10 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
         top[k] = cmax[k] > 0 ? cmax[k] * 1.08 : 1;
     snprintf(ch->vars, sizeof ch->vars,
              "n=%d; tunit=%d; tmax=%.6g; ylive=%.6g; yrun=%.6g; ywait=%.6g; ytok=%.6g; "
-             "logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; l7='%s'; l8='%s'; sub='%s'; "
+             "yhit=%.6g; logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; l7='%s'; l8='%s'; sub='%s'; "
              "warn='%s'",
              blocks, tmax > 7200 ? 60 : 1, tmax, top[1], top[2], top[3], fmax(top[6], top[7]),
-             want_log(fmin(cmin_pos[6], cmin_pos[7]), fmax(cmax[6], cmax[7]), 1000), has[1].p,
+             fmax(105, cmax[5] * 1.05), want_log(fmin(cmin_pos[6], cmin_pos[7]), fmax(cmax[6], cmax[7]), 1000), has[1].p,
              has[2].p, has[3].p, has[4].p, has[5].p, has[6].p, has[7].p, cl, warn);
     for (int k = 0; k < NC; k++)
         sb_free(&has[k]);

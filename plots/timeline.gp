@@ -6,7 +6,7 @@
 # output_tokens_per_s.
 # Variables: n (blocks), l2..l8 (the blocks with values in columns 2..8),
 # tunit (1: seconds, 60: minutes), tmax (s), logtok (log tokens/s axis), ylive, yrun,
-# ywait, ytok (axis tops), sub (the run shown), warn (a warning in red, or
+# ywait, ytok, yhit (axis tops), sub (the run shown), warn (a warning in red, or
 # '').
 if (!exists("data")) data = 'timeline_data.csv'
 if (!exists("tunit")) tunit = 1
@@ -15,6 +15,7 @@ if (!exists("warn")) warn = ''
 if (!exists("ylive")) ylive = 1
 if (!exists("tmax")) tmax = 0
 if (!exists("logtok")) logtok = 0
+if (!exists("yhit")) yhit = 105
 if (!exists("yrun")) yrun = 1
 if (!exists("ywait")) ywait = 1
 if (!exists("ytok")) ytok = 1
@@ -78,7 +79,7 @@ if (strlen(l5) > 0) {
 
 set title "Prefix-cache hit rate (seconds with prompts)"
 set ylabel "% of prompt tokens"
-set yrange [0:105]
+set yrange [0:yhit]
 if (strlen(l6) > 0) {
     plot for [w in l6] data index int(w) using ($1/tunit):6 with points lt (int(w)+1) pt 7 ps 0.35 notitle
 } else { @nodata }
@@ -87,6 +88,7 @@ set title "Tokens/s, 10 s means (dashed: output)"
 if (logtok) {
     set ylabel "tok/s, whole deployment (log)"
     set logscale y
+    set format y "%.0s%c"
     set yrange [1:ytok * 2]
     set mytics 10
 } else {
