@@ -22,7 +22,9 @@ if (logy) { set offsets 0, graph 0.1, graph 0.15, graph 0.1 } else { set offsets
 if (!logy) set yrange [0:*]
 if (!logx) set xrange [0:*]
 set key inside right top vertical Left reverse opaque box lc rgb '#cccccc' width 1
-if (mixed) set label 1 "GPU counts differ between lines (see each label)" at graph 0.99, graph 0.98 right textcolor rgb '#B00000'
-plot for [i=0:n-1] data index i using 1:2 with linespoints lt (i+1) title columnheader(1), \
-     for [i=0:n-1:2] data index i using 1:2:(sprintf("c=%d", int($3))) with labels offset char 0.5,char ((i % 4 == 0) ? 0.8 : -0.8) left font f_small textcolor lt (i+1) notitle, \
-     for [i=1:n-1:2] data index i using 1:2:(sprintf("c=%d", int($3))) with labels offset char -0.5,char ((i % 4 == 1) ? 0.8 : -0.8) right font f_small textcolor lt (i+1) notitle
+if (mixed) set label 1 "GPU counts differ between lines (see each label)" at graph 0.01, graph 0.03 left textcolor rgb '#B00000'
+plines = "for [i=0:n-1] data index i using 1:2 with linespoints lt (i+1) title columnheader(1)"
+even = 'for [i=0:n-1:2] data index i using 1:2:(sprintf("c=%d", int($3))) with labels offset char 0.5,char ((i % 4 == 0) ? 0.8 : -0.8) left font f_small textcolor lt (i+1) notitle'
+odd = 'for [i=1:n-1:2] data index i using 1:2:(sprintf("c=%d", int($3))) with labels offset char -0.5,char ((i % 4 == 1) ? 0.8 : -0.8) right font f_small textcolor lt (i+1) notitle'
+# (an empty iteration still reads the file, so the odd labels only with n > 1)
+if (n > 1) { plot @plines, @even, @odd } else { plot @plines, @even }
