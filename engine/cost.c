@@ -690,13 +690,13 @@ void cost_step(const struct cost_model *c, const struct cost_batch *b,
             if (typical)
                 out->layer_ns[kind] = (int64_t)llround(t);
         }
+    out->layers_ns = (int64_t)llround(total);
     int n = step_kernels(c, &s, k, 0);
     total += list_ns(c, path, SCOPE_STEP, k, n, &s, NULL, NULL);
     double d = drafter_ns(c, &s);
     out->drafter_ns = (int64_t)llround(d);
     out->overhead_ns = (int64_t)llround(c->overhead_ns);
     out->kernels_per_layer = (int)llround(kernels / c->m.n_layers);
-    out->layers_ns = (int64_t)llround(total - list_ns(c, path, SCOPE_STEP, k, n, &s, NULL, NULL));
     out->step_ns = (int64_t)llround(total + d + c->overhead_ns);
 }
 
