@@ -19,7 +19,7 @@
 
 #define HDR_SUB_BITS 10                       /* 1024 buckets per octave */
 #define HDR_SUB (1 << HDR_SUB_BITS)
-#define HDR_OCTAVES 53                        /* up to 2^62 */
+#define HDR_OCTAVES 52                        /* octaves 2^11 .. 2^62 */
 #define HDR_BUCKETS (2 * HDR_SUB + HDR_OCTAVES * HDR_SUB)
 
 struct hdr {

@@ -543,7 +543,7 @@ static void call_send(struct replay *rp, struct rcall *k)
     char err[ERR_LEN];
     err[0] = 0;
     if (target_submit(rp->tg, &k->tc, err)) {
-        snprintf(k->tc.error, sizeof k->tc.error, "%s", err[0] ? err : "submit failed");
+        snprintf(k->tc.error, sizeof k->tc.error, "%.120s", err[0] ? err : "submit failed");
         call_finish(k, loop_now(rp->loop), TARGET_ERR_OTHER, k->tc.error);
     }
 }
@@ -1244,9 +1244,10 @@ int replay_verify(const struct replay *rp, char *err)
     int live = 0;
     for (int i = 0; i < rp->n_lanes && rp->cfg.mode == REPLAY_MODE_SESSIONS; i++) {
         if (per_lane[i] != rp->lanes[i].runners) {
+            int listed = per_lane[i];
             free(per_lane);
             return err_set(err, "lane %d: %d runners counted, %d listed", i, rp->lanes[i].runners,
-                           per_lane[i]);
+                           listed);
         }
         if (rp->lanes[i].live != (rp->lanes[i].runners > 0)) {
             free(per_lane);

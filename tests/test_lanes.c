@@ -412,7 +412,7 @@ int main(void)
         cfg.grace_ns = 30 * S;
         run(&b->t, &cfg, &FAKE, &res);
         CHECK(n_recs == 1 && !recs[0].cancelled && recs[0].end == 7400000 + 20 * S,
-              "within grace: completes, no new call after duration");
+              "within grace: completes, no new call after duration");    free(b);
     }
 
     /* 6. Context overflow. */
