@@ -214,6 +214,7 @@ int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, c
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     int64_t n;
     double d;
+    enum replay_mode mode_before = c->mode;
 #define NEED_VALUE()                                                        \
     do {                                                                    \
         if (!v)                                                             \
@@ -225,6 +226,7 @@ int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, c
         if (parse_int(v, 1, 1000000, &n))
             return err_set(err, "bad --concurrency '%s' (want an integer >= 1)", v);
         c->concurrency = (int)n;
+        c->concurrency_set = true;
     } else if (!strcmp(f, "--duration")) {
         NEED_VALUE();
         if (util_parse_duration(v, &c->duration_ns, err) || c->duration_ns <= 0)
@@ -337,6 +339,11 @@ int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, c
         return 0;
     }
 #undef NEED_VALUE
+    if (!strcmp(f, "--mode") || !strcmp(f, "--arrival")) {
+        if (c->mode_flag[0] && c->mode != mode_before)
+            return err_set(err, "conflicting modes: %s and %s %s", c->mode_flag, f, v);
+        snprintf(c->mode_flag, sizeof c->mode_flag, "%s", f);
+    }
     (*i)++;
     return 1;
 }
@@ -1025,6 +1032,15 @@ struct replay *replay_create(const struct replay_config *c, const struct trace *
     if (c->mode == REPLAY_MODE_TIMESTAMP && !t->timestamped) {
         err_set(err, "--mode timestamp needs a timestamped trace (Mooncake, Azure); this one "
                      "has sessions (use the default sessions mode, or --arrival)");
+        return NULL;
+    }
+    if (c->time_scale != 1.0 && c->mode != REPLAY_MODE_TIMESTAMP) {
+        err_set(err, "--time-scale applies to --mode timestamp only");
+        return NULL;
+    }
+    if (c->concurrency_set && c->mode != REPLAY_MODE_SESSIONS && c->mode != REPLAY_MODE_CLOSED) {
+        err_set(err, "--concurrency conflicts with open-loop arrivals (--mode %s): they have no "
+                     "lanes; use a rate or --mode closed", replay_mode_name(c->mode));
         return NULL;
     }
     if ((c->mode == REPLAY_MODE_POISSON || c->mode == REPLAY_MODE_GAMMA) && !(c->rate > 0)) {

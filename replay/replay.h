@@ -80,6 +80,10 @@ struct replay_config {
     uint64_t seed;
     int64_t tick_ns;            /* timeline period (1 s) */
     bool chunk_times;           /* write chunk times into records */
+    /* Set by replay_config_flag: which flag chose the mode ("" default),
+     * so that conflicting mode flags are refused. */
+    char mode_flag[32];
+    bool concurrency_set;       /* --concurrency given */
 };
 
 void replay_config_defaults(struct replay_config *c);

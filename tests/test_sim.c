@@ -229,6 +229,32 @@ int main(void)
         CHECK(sh("%s sim --trace %s --duration -5 -o %s/b6 >/dev/null 2>&1", bin, cc, tmpdir) == 2, "bad duration");
         CHECK(sh("%s sim --trace %s >/dev/null 2>&1", bin, cc) == 2, "no -o");
 
+        CHECK(sh("%s sim --trace %s --mode closed --arrival poisson:3 -o %s/b7 >/dev/null 2>&1", bin, cc, tmpdir) == 2,
+              "conflicting modes");
+        CHECK(sh("%s sim --trace %s --arrival poisson:3 --concurrency 4 -o %s/b8 >/dev/null 2>&1", bin, cc, tmpdir) == 2,
+              "concurrency with open-loop arrivals");
+        CHECK(sh("%s compare %s >/dev/null 2>&1", bin, dir) == 2, "compare needs two results");
+
+        /* plan: an answer bracketed by a passing and a failing run. */
+        rc = sh("%s plan --trace %s --slo interactivity_p90=150,ttft_p90_ms=2000 --duration 120 "
+                "--max-concurrency 16 >%s/plan.txt 2>&1", bin, cc, tmpdir);
+        snprintf(p, sizeof p, "%s/plan.txt", tmpdir);
+        txt = util_read_file(p, NULL, NULL);
+        CHECK(rc == 0 && txt && strstr(txt, "live sessions") && strstr(txt, "pass") && strstr(txt, "FAIL"),
+              "plan prints the answer and its bracketing runs");
+        free(txt);
+        CHECK(sh("%s plan --trace %s --slo speed=3 >/dev/null 2>&1", bin, cc) == 2, "plan: bad SLO term");
+
+        /* Chrome trace of the engine's steps. */
+        snprintf(dir2, sizeof dir2, "%s/ct", tmpdir);
+        rc = sh("%s sim --trace %s --concurrency 2 --duration 60 -o %s --chrome-trace %s/ct.json >/dev/null 2>&1",
+                bin, cc, dir2, tmpdir);
+        snprintf(p, sizeof p, "%s/ct.json", tmpdir);
+        json_error_t je;
+        x = json_load_file(p, 0, &je);
+        CHECK(rc == 0 && x, "--chrome-trace writes JSON");
+        json_decref(x);
+
         /* SIGINT: stops, writes what was measured, marks it. */
         snprintf(dir2, sizeof dir2, "%s/int", tmpdir);
         rc = sh("%s sim --trace %s --concurrency 64 --duration 400000 -o %s >/dev/null 2>&1 & pid=$!; "
