@@ -375,7 +375,8 @@ static void on_done(struct target_call *c, int64_t t, enum target_status st)
     s->running--;
     s->prompt_tokens += c->prompt_tokens;
     s->cached_tokens += c->cached_tokens > 0 ? c->cached_tokens : 0;
-    if (st == TARGET_OK)
+    /* Served: the backend finished and the client is still there to get it. */
+    if (st == TARGET_OK && q->c)
         s->completions_ok++;
     else
         s->completions_failed++;

@@ -61,31 +61,41 @@ const char *prompt_word(uint32_t v, size_t *len)
     return vocab[v % PROMPT_VOCAB];
 }
 
-uint32_t prompt_token(const struct prompt_spec *s, int64_t i)
+static inline int64_t bsize(const struct prompt_spec *s) { return s->block_size > 0 ? s->block_size : 64; }
+
+/* Key of block b: token values inside a chain block depend on the key and
+ * the offset only. */
+static inline uint64_t block_key(const struct prompt_spec *s, int64_t b)
+{
+    return b < (int64_t)s->n_blocks ? hash_mix(s->blocks[b], s->scope) : 0;
+}
+
+static inline uint32_t token_at(const struct prompt_spec *s, int64_t i, int64_t b, int64_t off,
+                                uint64_t key)
 {
     uint64_t h;
-    if (i < PROMPT_MARKER_TOKENS) {
+    if (i < PROMPT_MARKER_TOKENS)
         h = hash_mix(s->session_salt ^ 0x6d61726b6572ull, (uint64_t)i);
-    } else {
-        int64_t bs = s->block_size > 0 ? s->block_size : 64;
-        int64_t b = i / bs;
-        if (b < (int64_t)s->n_blocks)
-            h = hash_mix(hash_mix(s->blocks[b], s->scope), (uint64_t)(i % bs));
-        else
-            h = hash_mix(s->call_salt ^ 0x7461696cull, (uint64_t)i);
-    }
+    else if (b < (int64_t)s->n_blocks)
+        h = hash_mix(key, (uint64_t)off);
+    else
+        h = hash_mix(s->call_salt ^ 0x7461696cull, (uint64_t)i);
     return (uint32_t)(h % PROMPT_ID_RANGE);
 }
 
-/* Renders token i into out (at most 16 bytes); returns its length. */
-static size_t render(const struct prompt_spec *s, enum prompt_mode m, int64_t i,
-                     char *out)
+uint32_t prompt_token(const struct prompt_spec *s, int64_t i)
 {
-    uint32_t v = prompt_token(s, i);
+    int64_t bs = bsize(s), b = i / bs;
+    return token_at(s, i, b, i % bs, block_key(s, b));
+}
+
+/* Renders token value v (token i of the prompt) into out (at most 16
+ * bytes); returns its length. */
+static size_t render_value(enum prompt_mode m, int64_t i, uint32_t v, char *out)
+{
     if (m == PROMPT_TEXT) {
-        size_t n;
-        const char *w = prompt_word(v, &n);
-        memcpy(out, w, n);
+        size_t n = vocab_len[v % PROMPT_VOCAB];
+        memcpy(out, vocab[v % PROMPT_VOCAB], n);
         return n;
     }
     char tmp[16];
@@ -103,12 +113,29 @@ static size_t render(const struct prompt_spec *s, enum prompt_mode m, int64_t i,
     return k;
 }
 
+/* The next token of g (advancing it) rendered into out. */
+static size_t gen_next(struct prompt_gen *g, char *out)
+{
+    const struct prompt_spec *s = &g->spec;
+    uint32_t v = token_at(s, g->next, g->block, g->off, g->key);
+    size_t n = render_value(g->mode, g->next, v, out);
+    g->next++;
+    if (++g->off == bsize(s)) {
+        g->off = 0;
+        g->block++;
+        g->key = block_key(s, g->block);
+    }
+    return n;
+}
+
 int64_t prompt_bytes(const struct prompt_spec *s, enum prompt_mode m)
 {
     char tmp[16];
     int64_t total = 0;
-    for (int64_t i = 0; i < s->tokens; i++)
-        total += (int64_t)render(s, m, i, tmp);
+    struct prompt_gen g;
+    prompt_gen_init(&g, s, m);
+    while (g.next < s->tokens)
+        total += (int64_t)gen_next(&g, tmp);
     return total;
 }
 
@@ -118,6 +145,7 @@ void prompt_gen_init(struct prompt_gen *g, const struct prompt_spec *s,
     memset(g, 0, sizeof *g);
     g->spec = *s;
     g->mode = m;
+    g->key = block_key(s, 0);
     vocab_init();
 }
 
@@ -134,10 +162,10 @@ size_t prompt_gen_read(struct prompt_gen *g, char *buf, size_t n)
     }
     while (k < n && g->next < g->spec.tokens) {
         if (n - k >= 16) {
-            k += render(&g->spec, g->mode, g->next++, buf + k);
+            k += gen_next(g, buf + k);
             continue;
         }
-        g->pend_len = (uint8_t)render(&g->spec, g->mode, g->next++, g->pend);
+        g->pend_len = (uint8_t)gen_next(g, g->pend);
         size_t c = g->pend_len < n - k ? g->pend_len : n - k;
         memcpy(buf + k, g->pend, c);
         g->pend_off = (uint8_t)c;
@@ -167,26 +195,42 @@ static int is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == 
 int64_t prompt_blocks_text(const char *text, size_t len, int64_t chunk_tokens,
                            uint64_t *out, uint32_t cap, uint32_t *n_blocks)
 {
+    /* FNV-1a over the bytes of the words with a separator between words,
+     * so the chain depends on the words, not on the spacing; mixed once
+     * per chunk. */
     uint64_t h = 0x70726f6d7074ull;
-    int64_t words = 0;
+    int64_t words = 0, in_chunk = 0;
     uint32_t nb = 0;
-    size_t i = 0;
-    while (i < len) {
-        while (i < len && is_space(text[i]))
-            i++;
-        if (i == len)
-            break;
-        size_t j = i;
-        while (j < len && !is_space(text[j]))
-            j++;
-        h = hash64(text + i, j - i, h);
+    int in_word = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (is_space((char)c)) {
+            if (in_word) {
+                in_word = 0;
+                words++;
+                h = (h ^ 0x1f) * 0x100000001b3ULL;
+                if (chunk_tokens > 0 && ++in_chunk == chunk_tokens) {
+                    in_chunk = 0;
+                    h = hash_mix(h, (uint64_t)words);
+                    if (nb < cap)
+                        out[nb] = h;
+                    nb++;
+                }
+            }
+            continue;
+        }
+        in_word = 1;
+        h = (h ^ c) * 0x100000001b3ULL;
+    }
+    if (in_word) {
         words++;
-        if (chunk_tokens > 0 && words % chunk_tokens == 0) {
+        h = (h ^ 0x1f) * 0x100000001b3ULL;
+        if (chunk_tokens > 0 && ++in_chunk == chunk_tokens) {
+            h = hash_mix(h, (uint64_t)words);
             if (nb < cap)
                 out[nb] = h;
             nb++;
         }
-        i = j;
     }
     *n_blocks = nb;
     return words;

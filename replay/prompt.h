@@ -61,6 +61,8 @@ struct prompt_gen {
     struct prompt_spec spec;
     enum prompt_mode mode;
     int64_t next;            /* next token to render */
+    int64_t block, off;      /* next token's block and offset in it */
+    uint64_t key;            /* that block's key (see prompt_token) */
     char pend[16];           /* a token that did not fit in the last read */
     uint8_t pend_len, pend_off;
 };
