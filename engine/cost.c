@@ -807,7 +807,7 @@ static int path_from_name(const char *s)
 {
     if (strcmp(s, "auto") == 0 || strcmp(s, "standard") == 0)
         return PATH_STD;
-    if (strcmp(s, "latency_specialized") == 0)
+    if (strcmp(s, "latency_specialized") == 0 || strcmp(s, "fused") == 0)
         return PATH_SPEC;
     return -1;
 }
