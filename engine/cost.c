@@ -363,7 +363,12 @@ static int attn_kernels(const struct cost_model *c, int path, int kind,
         double kvh = m->n_kv_heads >= tp ? m->n_kv_heads / tp : 1;
         double qkv_w = h * d * (H + 2 * kvh), o_w = H * d * h;
         double row = 2 * kvh * d * m->bits_kv / 8;
-        double at_bytes = s->sum_ctx * row + M * (H + 2 * kvh) * d * 2 + s->pre_tokens * row;
+        double pre_prefix = s->pre_tokens > 0
+                                ? s->n_pre * fmax(0, s->pre_attn / s->pre_tokens -
+                                                         s->pre_tokens / (2 * fmax(1, s->n_pre)))
+                                : 0; /* prefix tokens the chunks attend to */
+        double at_bytes = s->sum_ctx * row + M * (H + 2 * kvh) * d * 2 +
+                          (s->pre_tokens * 2 + pre_prefix) * row;
         double at_flops = (s->P * s->sum_ctx + s->pre_attn) * H * 4 * d;
         push(k, &n, K_INPUT_NORM, KC_ELEM, act * 3, 0, rbf);
         push(k, &n, K_GQA_QKV_PROJ, KC_GEMM, qkv_w * bt + act + M * (H + 2 * kvh) * d * 2, 2 * M * qkv_w, rt);
