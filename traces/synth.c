@@ -204,7 +204,8 @@ static void gen_session(struct gen *g, struct pses *ps, uint32_t n_calls, int64_
         c->type = TRACE_CALL_NORMAL;
         pc->n = ch.n;
         pc->ids = xmalloc((ch.n ? ch.n : 1) * sizeof *pc->ids);
-        memcpy(pc->ids, ch.ids, ch.n * sizeof *ch.ids);
+        if (ch.n)
+            memcpy(pc->ids, ch.ids, ch.n * sizeof *ch.ids);
         prev_end = t_ns + c->api_ns;
         /* A fork after this call (roots only, not from the last call). */
         if (!sub && k + 1 < n_calls && rng_uniform(&g->r) < p->subagent_p) {

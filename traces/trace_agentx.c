@@ -220,7 +220,8 @@ static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *p
             rc = 0;
         }
     }
-    qsort(subs, n_subs, sizeof *subs, cmp_sub);
+    if (n_subs > 1)
+        qsort(subs, n_subs, sizeof *subs, cmp_sub);
     for (size_t k = 0; k < n_subs && !rc; k++) {
         json_t *r = subs[k].r;
         subpath(path, sizeof path, prefix, subs[k].pos);
@@ -261,8 +262,10 @@ int trace_read_agentx_doc(struct tb *b, const char *data, size_t len, const char
                           bool skip_bad, char *err)
 {
     json_error_t je;
+    tb_json_begin();
     json_t *root = json_loadb(data, len, 0, &je);
     if (!root) {
+        tb_json_end();
         if (len == 0)
             return err_set(err, "%s:1:1: empty file", name);
         return err_set(err, "%s:%d:%d: %s", name, je.line, je.column, je.text);
@@ -323,6 +326,6 @@ int trace_read_agentx_doc(struct tb *b, const char *data, size_t len, const char
     rc = read_session(&a, reqs, s, "", 0);
 out:
     free(a.ids);
-    json_decref(root);
+    tb_json_end(); /* frees the document */
     return rc;
 }

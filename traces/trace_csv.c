@@ -412,7 +412,8 @@ int trace_read_burstgpt(struct tb *b, const char *data, size_t len, const char *
         free(rows);
         return rc;
     }
-    qsort(rows, n, sizeof *rows, cmp_brow);
+    if (n > 1)
+        qsort(rows, n, sizeof *rows, cmp_brow);
     uint32_t file = tb_str(b, name);
     for (size_t i = 0; i < n;) {
         size_t j = i;

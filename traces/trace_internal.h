@@ -69,6 +69,13 @@ int trace_read_burstgpt(struct tb *b, const char *data, size_t len,
 int trace_read_native(struct tb *b, const char *data, size_t len,
                       const char *name, bool skip_bad, char *err);
 
+/* Jansson parses between begin and end allocate from a per-thread arena
+ * (see trace.c); reset drops every document parsed so far; no json_decref
+ * of them is needed or allowed after end. */
+void tb_json_begin(void);
+void tb_json_reset(void);
+void tb_json_end(void);
+
 /* Seconds (a JSON number) to ns, with range checks; -1 on error. */
 int tb_seconds_ns(json_t *v, int64_t *ns);
 /* Line and column (1-based) of byte offset off in data. */

@@ -86,7 +86,7 @@ static int mc_line(struct tb *b, const char *line, size_t n, const char *name, s
     b->t->sessions[s].scope = 0;
     tb_call(b, s, &c, *ids, (uint32_t)k);
 out:
-    json_decref(r);
+    tb_json_reset(); /* frees the line's document */
     return rc;
 }
 
@@ -105,6 +105,7 @@ int trace_read_mooncake(struct tb *b, const char *data, size_t len, const char *
     uint32_t cap = 0;
     size_t lineno = 0, records = 0;
     int rc = 0;
+    tb_json_begin();
     for (size_t pos = 0; pos < len && !rc;) {
         const char *line = data + pos;
         const char *nl = memchr(line, '\n', len - pos);
@@ -126,6 +127,7 @@ int trace_read_mooncake(struct tb *b, const char *data, size_t len, const char *
             t->sessions[before].file = name_s;
         }
     }
+    tb_json_end();
     free(ids);
     if (!rc && records == 0 && !t->skipped_records)
         rc = err_set(err, "%s:1:1: no records", name);

@@ -310,6 +310,7 @@ int trace_read_native(struct tb *b, const char *data, size_t len, const char *na
     struct nat n = {.b = b, .name = name, .err = err, .cur = TRACE_NONE};
     int rc = 0;
     bool header = false;
+    tb_json_begin();
     for (size_t pos = 0; pos < len && !rc;) {
         const char *line = data + pos;
         const char *nl = memchr(line, '\n', len - pos);
@@ -330,10 +331,8 @@ int trace_read_native(struct tb *b, const char *data, size_t len, const char *na
         } else if (!header) {
             rc = nat_header(&n, o);
             header = !rc;
-            if (rc) { /* without a header nothing else can be read */
-                json_decref(o);
+            if (rc) /* without a header nothing else can be read */
                 break;
-            }
         } else if (json_object_get(o, "session")) {
             rc = nat_session(&n, o);
             if (rc) /* a bad session line leaves its calls homeless */
@@ -341,12 +340,13 @@ int trace_read_native(struct tb *b, const char *data, size_t len, const char *na
         } else {
             rc = nat_call(&n, o);
         }
-        json_decref(o);
+        tb_json_reset(); /* frees the line's document */
         if (rc && skip_bad && header) {
             b->t->skipped_records++;
             rc = 0;
         }
     }
+    tb_json_end();
     free(n.ids);
     if (!rc && !header)
         rc = err_set(err, "%s:1:1: empty file (no header line)", name);
