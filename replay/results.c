@@ -78,7 +78,7 @@ int results_write_json(const char *dir, const char *name, const void *json, char
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (json_dump_file((const json_t *)json, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)))
+    if (json_dump_file((const json_t *)json, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER))
         return err_set(err, "%s: cannot write", tmp);
     if (rename(tmp, path))
         return err_set(err, "%s: %s", path, strerror(errno));
