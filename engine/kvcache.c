@@ -15,52 +15,55 @@ void kv_init(struct kvcache *kv, int64_t total_units, int64_t ckpt_units)
     kv->free_units = total_units;
     kv->ckpt_units = ckpt_units;
     kv->empty_head = KV_NONE;
-    kv->lru_head = kv->lru_tail = KV_NONE;
     kv->tcap = 1024;
-    kv->tkey = xcalloc(kv->tcap, sizeof *kv->tkey);
-    kv->tval = xcalloc(kv->tcap, sizeof *kv->tval);
+    kv->t = xcalloc(kv->tcap, sizeof *kv->t);
+    kv->q_cap = 1024;
+    kv->q = xmalloc(kv->q_cap * sizeof *kv->q);
 }
 
 void kv_free(struct kvcache *kv)
 {
     free(kv->b);
-    free(kv->tkey);
-    free(kv->tval);
+    free(kv->t);
+    free(kv->q);
     memset(kv, 0, sizeof *kv);
 }
 
 /* ---- hash table ---- */
 
 static inline uint64_t tkey_of(uint64_t h) { return h ? h : 1; }
+static inline uint32_t home_of(uint64_t k, uint32_t m) { return (uint32_t)(k ^ (k >> 29)) & m; }
 
 uint32_t kv_lookup(const struct kvcache *kv, uint64_t hash)
 {
     uint64_t k = tkey_of(hash);
     uint32_t m = kv->tcap - 1;
-    for (uint32_t p = (uint32_t)(k ^ (k >> 32)) & m;; p = (p + 1) & m) {
-        if (kv->tkey[p] == k)
-            return kv->tval[p];
-        if (!kv->tkey[p])
+    for (uint32_t p = home_of(k, m);; p = (p + 1) & m) {
+        if (kv->t[p].key == k)
+            return kv->t[p].val;
+        if (!kv->t[p].key)
             return KV_NONE;
     }
+}
+
+void kv_prefetch(const struct kvcache *kv, uint64_t hash)
+{
+    __builtin_prefetch(&kv->t[home_of(tkey_of(hash), kv->tcap - 1)]);
 }
 
 static void table_put(struct kvcache *kv, uint64_t k, uint32_t v);
 
 static void table_grow(struct kvcache *kv)
 {
-    uint64_t *ok = kv->tkey;
-    uint32_t *ov = kv->tval;
+    struct kv_slot *old = kv->t;
     uint32_t oc = kv->tcap;
     kv->tcap *= 2;
-    kv->tkey = xcalloc(kv->tcap, sizeof *kv->tkey);
-    kv->tval = xcalloc(kv->tcap, sizeof *kv->tval);
+    kv->t = xcalloc(kv->tcap, sizeof *kv->t);
     kv->tn = 0;
     for (uint32_t i = 0; i < oc; i++)
-        if (ok[i])
-            table_put(kv, ok[i], ov[i]);
-    free(ok);
-    free(ov);
+        if (old[i].key)
+            table_put(kv, old[i].key, old[i].val);
+    free(old);
 }
 
 static void table_put(struct kvcache *kv, uint64_t k, uint32_t v)
@@ -68,90 +71,130 @@ static void table_put(struct kvcache *kv, uint64_t k, uint32_t v)
     if ((kv->tn + 1) * 2 > kv->tcap)
         table_grow(kv);
     uint32_t m = kv->tcap - 1;
-    uint32_t p = (uint32_t)(k ^ (k >> 32)) & m;
-    while (kv->tkey[p])
+    uint32_t p = home_of(k, m);
+    while (kv->t[p].key)
         p = (p + 1) & m;
-    kv->tkey[p] = k;
-    kv->tval[p] = v;
+    kv->t[p].key = k;
+    kv->t[p].val = v;
     kv->tn++;
 }
 
 static void table_del(struct kvcache *kv, uint64_t k)
 {
     uint32_t m = kv->tcap - 1;
-    uint32_t p = (uint32_t)(k ^ (k >> 32)) & m;
-    while (kv->tkey[p] != k) {
-        ASSERT(kv->tkey[p]);
+    uint32_t p = home_of(k, m);
+    while (kv->t[p].key != k) {
+        ASSERT(kv->t[p].key);
         p = (p + 1) & m;
     }
     /* Backward-shift deletion keeps probe chains intact. */
     uint32_t hole = p;
-    for (uint32_t q = (p + 1) & m; kv->tkey[q]; q = (q + 1) & m) {
-        uint64_t kq = kv->tkey[q];
-        uint32_t home = (uint32_t)(kq ^ (kq >> 32)) & m;
-        /* Move q into the hole if its home is not in (hole, q]. */
+    for (uint32_t q = (p + 1) & m; kv->t[q].key; q = (q + 1) & m) {
+        uint32_t home = home_of(kv->t[q].key, m);
+        /* Move q into the hole unless its home lies in (hole, q]. */
         bool in_range = hole <= q ? (home > hole && home <= q)
                                   : (home > hole || home <= q);
         if (!in_range) {
-            kv->tkey[hole] = kq;
-            kv->tval[hole] = kv->tval[q];
+            kv->t[hole] = kv->t[q];
             hole = q;
         }
     }
-    kv->tkey[hole] = 0;
+    kv->t[hole].key = 0;
     kv->tn--;
 }
 
-/* ---- lists ---- */
+/* ---- LRU queue ---- */
 
-static void lru_unlink(struct kvcache *kv, uint32_t i)
+static inline int64_t block_units(const struct kvcache *kv, const struct kv_block *b)
 {
-    struct kv_block *b = &kv->b[i];
-    if (b->prev != KV_NONE)
-        kv->b[b->prev].next = b->next;
-    else
-        kv->lru_head = b->next;
-    if (b->next != KV_NONE)
-        kv->b[b->next].prev = b->prev;
-    else
-        kv->lru_tail = b->prev;
-    b->prev = b->next = KV_NONE;
-    b->flags &= ~KV_LRU;
-    kv->n_lru--;
-    kv->lru_units -= 1 + ((b->flags & KV_CKPT) ? kv->ckpt_units : 0);
+    return 1 + ((b->flags & KV_CKPT) ? kv->ckpt_units : 0);
 }
 
-static void lru_append(struct kvcache *kv, uint32_t i)
+static inline bool entry_live(const struct kvcache *kv, struct kv_lru_entry e)
+{
+    const struct kv_block *b = &kv->b[e.block];
+    return (b->flags & KV_LRU) && b->gen == e.gen;
+}
+
+/* Drops stale entries, keeping the order of the live ones. */
+static void lru_compact(struct kvcache *kv)
+{
+    uint64_t m = kv->q_cap - 1, w = 0;
+    struct kv_lru_entry *nq = xmalloc(kv->q_cap * sizeof *nq);
+    for (uint64_t i = 0; i < kv->q_len; i++) {
+        struct kv_lru_entry e = kv->q[(kv->q_head + i) & m];
+        if (entry_live(kv, e))
+            nq[w++] = e;
+    }
+    free(kv->q);
+    kv->q = nq;
+    kv->q_head = 0;
+    kv->q_len = w;
+}
+
+static void lru_push(struct kvcache *kv, uint32_t i)
 {
     struct kv_block *b = &kv->b[i];
-    b->prev = kv->lru_tail;
-    b->next = KV_NONE;
-    if (kv->lru_tail != KV_NONE)
-        kv->b[kv->lru_tail].next = i;
-    else
-        kv->lru_head = i;
-    kv->lru_tail = i;
+    if (kv->q_len == kv->q_cap) {
+        if (kv->q_len > 2 * (uint64_t)kv->n_lru + 1024)
+            lru_compact(kv);
+        if (kv->q_len == kv->q_cap) {
+            /* Grow: unroll the ring into a bigger one. */
+            struct kv_lru_entry *nq = xmalloc(2 * kv->q_cap * sizeof *nq);
+            for (uint64_t k = 0; k < kv->q_len; k++)
+                nq[k] = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
+            free(kv->q);
+            kv->q = nq;
+            kv->q_head = 0;
+            kv->q_cap *= 2;
+        }
+    }
+    b->gen++;
     b->flags |= KV_LRU;
+    kv->q[(kv->q_head + kv->q_len) & (kv->q_cap - 1)] = (struct kv_lru_entry){i, b->gen};
+    kv->q_len++;
     kv->n_lru++;
-    kv->lru_units += 1 + ((b->flags & KV_CKPT) ? kv->ckpt_units : 0);
+    kv->lru_units += block_units(kv, b);
+}
+
+/* Marks a cached block in use; its queue entry goes stale. */
+static void lru_take(struct kvcache *kv, uint32_t i)
+{
+    struct kv_block *b = &kv->b[i];
+    kv->lru_units -= block_units(kv, b);
+    b->flags &= ~KV_LRU;
+    kv->n_lru--;
+}
+
+uint32_t kv_lru_oldest(struct kvcache *kv)
+{
+    while (kv->q_len) {
+        struct kv_lru_entry e = kv->q[kv->q_head & (kv->q_cap - 1)];
+        if (entry_live(kv, e))
+            return e.block;
+        kv->q_head++;
+        kv->q_len--;
+    }
+    return KV_NONE;
 }
 
 static void empty_push(struct kvcache *kv, uint32_t i)
 {
     kv->b[i].flags = 0;
     kv->b[i].next = kv->empty_head;
-    kv->b[i].prev = KV_NONE;
     kv->empty_head = i;
 }
 
 /* Evicts the least recently freed cached block; its units become free. */
 static bool evict_one(struct kvcache *kv)
 {
-    uint32_t i = kv->lru_head;
+    uint32_t i = kv_lru_oldest(kv);
     if (i == KV_NONE)
         return false;
     struct kv_block *b = &kv->b[i];
-    lru_unlink(kv, i);
+    kv->q_head++;
+    kv->q_len--;
+    lru_take(kv, i);
     kv->free_units += 1;
     if (b->flags & KV_CKPT) {
         kv->free_units += kv->ckpt_units;
@@ -170,7 +213,7 @@ void kv_acquire(struct kvcache *kv, uint32_t i)
     struct kv_block *b = &kv->b[i];
     if (b->ref == 0) {
         ASSERT(b->flags & KV_LRU);
-        lru_unlink(kv, i);
+        lru_take(kv, i);
         kv->used_blocks++;
     }
     b->ref++;
@@ -191,11 +234,12 @@ uint32_t kv_alloc(struct kvcache *kv)
             kv->b = xrealloc(kv->b, (size_t)kv->cap_made * sizeof *kv->b);
         }
         i = kv->n_made++;
+        kv->b[i].gen = 0;
     }
     struct kv_block *b = &kv->b[i];
     b->hash = 0;
     b->ref = 1;
-    b->prev = b->next = KV_NONE;
+    b->next = KV_NONE;
     b->flags = 0;
     kv->used_blocks++;
     return i;
@@ -209,7 +253,7 @@ void kv_release(struct kvcache *kv, uint32_t i)
         return;
     kv->used_blocks--;
     if (b->flags & KV_HASHED) {
-        lru_append(kv, i);
+        lru_push(kv, i);
     } else {
         ASSERT(!(b->flags & KV_CKPT));
         kv->free_units++;
@@ -271,19 +315,21 @@ int kv_verify(const struct kvcache *kv, char *err)
                 ckpt_in_use++;
         }
     }
-    uint32_t prev = KV_NONE;
-    for (uint32_t i = kv->lru_head; i != KV_NONE; i = kv->b[i].next) {
-        const struct kv_block *b = &kv->b[i];
-        if (b->ref || !(b->flags & KV_LRU) || !(b->flags & KV_HASHED) || b->prev != prev)
-            return err_set(err, "kv: LRU list corrupt at block %u", i);
+    for (uint64_t k = 0; k < kv->q_len; k++) {
+        struct kv_lru_entry e = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
+        if (e.block >= kv->n_made)
+            return err_set(err, "kv: LRU entry names block %u of %u", e.block, kv->n_made);
+        if (!entry_live(kv, e))
+            continue;
+        const struct kv_block *b = &kv->b[e.block];
+        if (b->ref || !(b->flags & KV_HASHED))
+            return err_set(err, "kv: LRU block %u in use or unhashed", e.block);
         lru++;
-        lru_units += 1 + ((b->flags & KV_CKPT) ? kv->ckpt_units : 0);
-        prev = i;
-        if (lru > kv->n_made)
-            return err_set(err, "kv: LRU list has a cycle");
+        lru_units += block_units(kv, b);
     }
-    if (prev != kv->lru_tail)
-        return err_set(err, "kv: LRU tail mismatch");
+    for (uint32_t i = 0; i < kv->n_made; i++)
+        if ((kv->b[i].flags & KV_LRU) && kv->b[i].ref)
+            return err_set(err, "kv: block %u in use and marked cached", i);
     int64_t empty = 0;
     for (uint32_t i = kv->empty_head; i != KV_NONE; i = kv->b[i].next) {
         if (kv->b[i].ref || kv->b[i].flags)

@@ -38,9 +38,24 @@ enum {
 struct kv_block {
     uint64_t hash;       /* content hash (chained), valid with KV_HASHED */
     uint32_t ref;        /* requests holding it */
-    uint32_t prev, next; /* LRU links (KV_NONE at the ends); next also links
-                            the empty stack */
+    uint32_t gen;        /* bumped at each release to the LRU queue */
+    uint32_t next;       /* empty stack link */
     uint8_t flags;
+};
+
+/* One slot of the hash table: key 0 = empty. */
+struct kv_slot {
+    uint64_t key;
+    uint32_t val;
+};
+
+/* The LRU order is a FIFO of (block, gen) in release order; acquiring a
+ * cached block only marks it in use, leaving a stale entry that eviction
+ * skips (gen or flags no longer match), so a prefix hit costs one touch
+ * of the block instead of unlinking it from a list (the queue is
+ * compacted when stale entries outnumber live ones). */
+struct kv_lru_entry {
+    uint32_t block, gen;
 };
 
 struct kvcache {
@@ -53,11 +68,11 @@ struct kvcache {
     struct kv_block *b;      /* block structs [0, n_made) */
     uint32_t n_made, cap_made;
     uint32_t empty_head;     /* stack of empty made blocks */
-    uint32_t lru_head, lru_tail; /* head = least recently freed */
-    int64_t n_lru;
-    /* Open-addressing table hash -> block index (linear probing). */
-    uint64_t *tkey;
-    uint32_t *tval;
+    struct kv_lru_entry *q;  /* LRU queue: ring of q_cap (power of 2) */
+    uint64_t q_head, q_len;  /* oldest entry, entries (live + stale) */
+    uint64_t q_cap;
+    int64_t n_lru;           /* free cached blocks (live entries) */
+    struct kv_slot *t;       /* hash -> block, linear probing */
     uint32_t tcap, tn;       /* capacity (power of 2), entries */
     /* Counters. */
     int64_t evictions, ckpt_evictions, ckpt_made;
@@ -82,6 +97,10 @@ static inline int64_t kv_block_lru_units(const struct kvcache *kv, uint32_t i)
 
 /* Block holding content `hash`, or KV_NONE. */
 uint32_t kv_lookup(const struct kvcache *kv, uint64_t hash);
+/* Hints the cache to load the table slot of `hash` (batched lookups). */
+void kv_prefetch(const struct kvcache *kv, uint64_t hash);
+/* The least recently freed cached block (next to be evicted), or KV_NONE. */
+uint32_t kv_lru_oldest(struct kvcache *kv);
 /* Takes one more reference on a block (removes it from the LRU list). */
 void kv_acquire(struct kvcache *kv, uint32_t i);
 /* A fresh empty block with ref 1, evicting if needed; KV_NONE if the pool

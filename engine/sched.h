@@ -109,6 +109,9 @@ struct sreq {
     bool cancelled, first_sent, prefilling;
     int fail;                /* engine_status to end with at the next boundary */
     int64_t cancel_ns;       /* when cancelled: emissions after it are not delivered */
+    uint32_t hit_m;          /* blocks matched at the last admission attempt */
+    int64_t hit_epoch;       /* kv evictions + 1 then (0: none); while no block
+                                was evicted since, blk[0, hit_m) still match */
     /* This step. */
     int64_t step_new;        /* tokens computed this step */
     bool step_decode;        /* a decode (verification) step */
