@@ -1095,6 +1095,16 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
     return 1;
 }
 
+static void short_backend(const char *b, char *dst, size_t n)
+{
+    if (strstr(b, "special"))
+        snprintf(dst, n, "specialized");
+    else if (!strcmp(b, "auto") || strstr(b, "standard"))
+        snprintf(dst, n, "standard");
+    else
+        scopy(dst, n, b);
+}
+
 /* breakdown_data.csv: rows = decode path / layer kind, columns = kernels
  * (microseconds per layer), last column the row total. */
 static int write_breakdown(const struct set *s, int want_batch, const char *outdir,
@@ -1150,7 +1160,9 @@ static int write_breakdown(const struct set *s, int want_batch, const char *outd
         clean_text(pth, sizeof pth, csv_str_at(&c, r, "path"));
         clean_text(kind, sizeof kind, csv_str_at(&c, r, "layer_kind"));
         clean_text(kname, sizeof kname, csv_str_at(&c, r, "kernel"));
-        snprintf(row, sizeof row, "%s / %s", kind, pth);
+        char pshort[40];
+        short_backend(pth, pshort, sizeof pshort);
+        snprintf(row, sizeof row, "%s / %s", kind, pshort);
         int i, k;
         for (i = 0; i < nr && strcmp(rows[i], row); i++)
             ;
@@ -1204,19 +1216,12 @@ static int write_breakdown(const struct set *s, int want_batch, const char *outd
     return 1;
 }
 
-static void short_backend(const char *b, char *dst, size_t n)
-{
-    if (strstr(b, "special"))
-        snprintf(dst, n, "specialized");
-    else if (!strcmp(b, "auto") || strstr(b, "standard"))
-        snprintf(dst, n, "standard");
-    else
-        scopy(dst, n, b);
-}
 
-/* fidelity_data.csv: x position, setup label, predicted and published
- * tok/s (published empty where none), predicted/published, 1 for the
- * specialized path. */
+/* fidelity_data.csv: x position, tick label (lines split by '|'),
+ * predicted and published tok/s (published empty where none),
+ * predicted/published, 1 for the specialized path. Rows of one setup sit
+ * together; a gap separates setups, whose names and positions go to the
+ * script (gnames, gx). The decode path is told by colour. */
 static int write_fidelity(const struct set *s, const char *outdir, struct chart *ch,
                           char *err)
 {
@@ -1228,41 +1233,74 @@ static int write_fidelity(const struct set *s, const char *outdir, struct chart 
         csv_free(&c);
         return -1;
     }
+    /* GPU count and TP: in the title when uniform, else in each label */
+    double g0 = NAN, t0 = NAN;
+    bool uniform = true;
+    for (int r = 0; r < c.nrows; r++) {
+        double g, t;
+        if (csv_num_at(&c, r, "gpus", false, &g, err) || csv_num_at(&c, r, "tp", false, &t, err))
+            break;
+        if (r == 0) {
+            g0 = g;
+            t0 = t;
+        } else if (!(g == g0 && t == t0)) {
+            uniform = false;
+        }
+    }
     FILE *f = open_out(outdir, "fidelity_data.csv", err);
     if (!f) {
         csv_free(&c);
         return -1;
     }
-    fprintf(f, "x,setup,predicted_tok_s,published_tok_s,ratio,specialized\n");
-    int n = 0, npub = 0, rc = 0;
-    double lo = INFINITY, hi = 0;
+    fprintf(f, "x,label,predicted_tok_s,published_tok_s,ratio,specialized\n");
+    int n = 0, npub = 0, rc = 0, ng = 0;
+    double lo = INFINITY, hi = 0, x = 0, gstart = 0;
+    char prev[64] = "";
+    struct sbuf gnames = {0}, gx = {0};
+    sb_printf(&gnames, "%s", "");
+    sb_printf(&gx, "%s", "");
     for (int r = 0; r < c.nrows && !rc; r++) {
-        double pred, pub, batch, gpus;
+        double pred, pub, batch, gpus, tp;
         if ((rc = csv_num_at(&c, r, "predicted_tok_s", true, &pred, err)) ||
             (rc = csv_num_at(&c, r, "published_tok_s", false, &pub, err)) ||
             (rc = csv_num_at(&c, r, "batch", false, &batch, err)) ||
-            (rc = csv_num_at(&c, r, "gpus", false, &gpus, err)))
+            (rc = csv_num_at(&c, r, "gpus", false, &gpus, err)) ||
+            (rc = csv_num_at(&c, r, "tp", false, &tp, err)))
             break;
         if (!(pred > 0))
             continue;
-        char gpu[32], be[32], spec[48], acc[32], setup[64], label[200];
+        char gpu[32], spec[48], acc[32], setup[96], label[200], raw_be[64];
         clean_text(gpu, sizeof gpu, csv_str_at(&c, r, "gpu"));
         clean_text(spec, sizeof spec, csv_str_at(&c, r, "spec"));
         clean_text(acc, sizeof acc, csv_str_at(&c, r, "acceptance"));
         clean_text(setup, sizeof setup, csv_str_at(&c, r, "setup"));
-        char raw_be[64];
         clean_text(raw_be, sizeof raw_be, csv_str_at(&c, r, "backend"));
-        short_backend(raw_be, be, sizeof be);
+        for (char *q = setup; *q; q++)
+            if (*q == ' ')
+                *q = '-';
+        if (n == 0 || strcmp(setup, prev)) {
+            if (n) {
+                sb_printf(&gx, "%s%.2f", ng > 1 ? " " : "", (gstart + x - 1) / 2);
+                x += 0.6;
+            }
+            sb_printf(&gnames, "%s%s%s%s%s", ng ? " " : "", *setup ? setup : "-",
+                      *gpu && !strstr(setup, gpu) ? "|(" : "", *gpu && !strstr(setup, gpu) ? gpu : "",
+                      *gpu && !strstr(setup, gpu) ? ")" : "");
+            ng++;
+            gstart = x;
+            snprintf(prev, sizeof prev, "%s", setup);
+        }
         int l = 0;
-        if (isfinite(gpus))
-            l += snprintf(label, sizeof label, "%dx ", (int)gpus);
-        l += snprintf(label + l, sizeof label - (size_t)l, "%s|%s", *gpu ? gpu : setup, be);
+        label[0] = 0;
+        if (!uniform && isfinite(gpus))
+            l = snprintf(label, sizeof label, "%dx TP%d|", (int)gpus, (int)tp);
         if (isfinite(batch))
-            l += snprintf(label + l, sizeof label - (size_t)l, "|batch %d", (int)batch);
+            l += snprintf(label + l, sizeof label - (size_t)l, "b=%d", (int)batch);
         if (*spec && strcmp(spec, "none") && strcmp(spec, "off") && strcmp(spec, "-"))
-            snprintf(label + l, sizeof label - (size_t)l, "|%s%s%s", spec, *acc ? " acc " : "",
-                     acc);
-        fprintf(f, "%d,\"%s\",%.6g,", n, label, pred);
+            snprintf(label + l, sizeof label - (size_t)l, "|%s%s%s", spec, *acc ? "|a=" : "", acc);
+        if (pub > 0) /* room for the published bar beside */
+            x += 0.4;
+        fprintf(f, "%.2f,\"%s\",%.6g,", x, label, pred);
         csv_num(f, pub > 0 ? pub : NAN);
         fputc(',', f);
         csv_num(f, pub > 0 ? pred / pub : NAN);
@@ -1275,20 +1313,32 @@ static int write_fidelity(const struct set *s, const char *outdir, struct chart 
             npub++;
         }
         n++;
+        x += pub > 0 ? 1.4 : 1;
     }
+    if (n)
+        sb_printf(&gx, "%s%.2f", ng > 1 ? " " : "", (gstart + x - 1) / 2);
     csv_free(&c);
-    if (close_out(f, outdir, "fidelity_data.csv", err) || rc)
-        return -1;
-    if (!n)
-        return 0;
-    snprintf(ch->vars, sizeof ch->vars, "n=%d; logy=%d; npub=%d", n, want_log(lo, hi, 20),
-             npub);
+    if (close_out(f, outdir, "fidelity_data.csv", err) || rc || !n) {
+        sb_free(&gnames);
+        sb_free(&gx);
+        return rc || n ? -1 : 0;
+    }
+    char sub[64] = "";
+    if (uniform && isfinite(g0) && isfinite(t0))
+        snprintf(sub, sizeof sub, "%d GPUs, TP%d", (int)g0, (int)t0);
+    snprintf(ch->vars, sizeof ch->vars,
+             "n=%d; xmax=%.2f; logy=%d; npub=%d; sub='%s'; gnames='%s'; gx='%s'", n, x - 1,
+             want_log(lo, hi, 20), npub, sub, gnames.p, gx.p);
+    sb_free(&gnames);
+    sb_free(&gx);
     snprintf(ch->data, sizeof ch->data, "fidelity_data.csv");
     snprintf(ch->about, sizeof ch->about,
              "The engine's predicted aggregate decode throughput (tok/s; all requests' "
-             "tokens after their first over the decode phase) for each setup, beside the "
-             "published figure where one exists (the calibration point); the ratio "
-             "predicted / published is written above each published bar. From %.300s.",
+             "tokens after their first over the decode phase) for each setup (b = batch "
+             "size; dspark a=N = speculative decoding with N tokens accepted per step), "
+             "grouped by setup, beside the published figure where one exists (the "
+             "calibration point); the ratio predicted / published is written above each "
+             "published bar. From %.300s.",
              s->fidelity);
     return 1;
 }

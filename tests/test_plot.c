@@ -215,15 +215,22 @@ static void write_sweep(const char *sdir)
         }
     fclose(f);
 
+    /* the fidelity table as the engine writes it (22 rows) */
     f = must_open(sdir, "fidelity.csv");
     fprintf(f, "setup,gpu,gpus,tp,backend,batch,spec,acceptance,predicted_tok_s,"
-               "published_tok_s\n"
-               "calibration,gb300,16,16,latency_specialized,1,none,,255.1,256.4\n"
-               "calibration,gb300,16,16,auto,1,none,,137.9,136.4\n"
-               "batch sweep,gb300,16,16,latency_specialized,8,none,,1710,\n"
-               "batch sweep,gb300,16,16,latency_specialized,64,none,,8020,\n"
-               "dspark,gb300,16,16,latency_specialized,1,dspark,6,905,\n"
-               "gb200,gb200,16,16,auto,1,none,,118.2,\n");
+               "published_tok_s,step_us,layer_us\n"
+               "calibration,gb300,16,16,latency_specialized,1,none,,255.1,256.4,3900,33.6\n"
+               "calibration,gb300,16,16,auto,1,none,,137.9,136.4,7331,70.5\n");
+    for (int b = 2; b <= 64; b *= 2)
+        for (int p = 0; p < 2; p++)
+            fprintf(f, "batch-sweep,gb300,16,16,%s,%d,none,,%.1f,,1,1\n",
+                    p ? "auto" : "latency_specialized", b, (p ? 136 : 256) * pow(b, 0.78));
+    fprintf(f, "dspark,gb300,16,16,latency_specialized,1,dspark,6,855.1,,1,1\n"
+               "dspark,gb300,16,16,auto,1,dspark,6,594.7,,1,1\n");
+    for (int b = 1; b <= 8; b *= 2)
+        fprintf(f, "gb200-standard,gb200,16,16,auto,%d,none,,%.1f,,1,1\n", b, 136 * pow(b, 0.8));
+    fprintf(f, "gb200-dspark,gb200,16,16,auto,1,dspark,3,298.2,,1,1\n"
+               "gb200-dspark,gb200,16,16,auto,1,dspark,6,594.7,,1,1\n");
     fclose(f);
 
     f = must_open(sdir, "confounded.csv");
