@@ -470,6 +470,57 @@ static void test_fidelity_data(void)
     unlink(path);
 }
 
+/* Every kernel name the engine uses for Kimi K3 and Llama is listed in
+ * engine/CALIBRATION.md (the calibration-file contract). */
+static void test_names_documented(void)
+{
+    char path[1024], err[ERR_LEN];
+    if (util_data_path("engine/CALIBRATION.md", path, sizeof path) != 0) {
+        SKIP("engine/CALIBRATION.md not found");
+        return;
+    }
+    size_t len;
+    char *doc = util_read_file(path, &len, err);
+    CHECK(doc != NULL, "read CALIBRATION.md");
+    if (!doc)
+        return;
+    const struct model_preset *ms[] = {&kimi, &llama};
+    int missing = 0, total = 0;
+    for (int mi = 0; mi < 2; mi++) {
+        struct cost_model *c = mk(ms[mi], &gb300, 8, ENGINE_BACKEND_AUTO);
+        for (int p = 0; p < 2; p++)
+            for (int sc = 0; sc <= COST_SCOPE_STEP; sc++)
+                for (int moe = 0; moe < 2; moe++)
+                    for (int b = 1; b <= 64; b *= 64) {
+                        const char *names[64];
+                        int n = cost_kernel_names(c, p, sc, moe, b, names, 64);
+                        for (int i = 0; i < n; i++) {
+                            char tok[96];
+                            snprintf(tok, sizeof tok, "%s", names[i]);
+                            total++;
+                            const char *q = doc;
+                            bool found = false;
+                            size_t tl = strlen(tok);
+                            while ((q = strstr(q, tok)) != NULL) {
+                                char after = q[tl], before = q == doc ? ' ' : q[-1];
+                                if (!(after == '_' || (after >= 'a' && after <= 'z')) &&
+                                    !(before == '_' || (before >= 'a' && before <= 'z'))) {
+                                    found = true;
+                                    break;
+                                }
+                                q += tl;
+                            }
+                            if (!found && missing++ < 5)
+                                fprintf(stderr, "kernel %s not in CALIBRATION.md\n", tok);
+                        }
+                    }
+        cost_destroy(c);
+    }
+    CHECKF(missing == 0 && total > 100, "%d of %d kernel names undocumented", missing, total);
+    CHECK(strstr(doc, "drafter_pass") != NULL, "drafter_pass documented");
+    free(doc);
+}
+
 int main(void)
 {
     char err[ERR_LEN] = "";
@@ -488,5 +539,6 @@ int main(void)
     test_accept();
     test_fidelity_data();
     test_commands();
+    test_names_documented();
     return test_report();
 }
