@@ -1288,7 +1288,7 @@ static int write_fidelity(const struct set *s, const char *outdir, struct chart 
                       *gpu && !strstr(setup, gpu) ? ")" : "");
             ng++;
             gstart = x;
-            snprintf(prev, sizeof prev, "%s", setup);
+            scopy(prev, sizeof prev, setup);
         }
         int l = 0;
         label[0] = 0;
