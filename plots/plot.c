@@ -1255,7 +1255,7 @@ static int write_fidelity(const struct set *s, const char *outdir, struct chart 
     fprintf(f, "x,label,predicted_tok_s,published_tok_s,ratio,specialized\n");
     int n = 0, npub = 0, rc = 0, ng = 0;
     double lo = INFINITY, hi = 0, x = 0, gstart = 0;
-    char prev[64] = "";
+    char prev[96] = "";
     struct sbuf gnames = {0}, gx = {0};
     sb_printf(&gnames, "%s", "");
     sb_printf(&gx, "%s", "");
