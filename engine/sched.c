@@ -133,6 +133,8 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
     kv_init(&s->kv, p->kv_units, p->hybrid && p->prefix_caching ? p->ckpt_units : 0);
 }
 
+#define SCHED_HINTS 1024
+
 static void sreq_destroy(struct sreq *q)
 {
     free(q);
@@ -146,6 +148,9 @@ void sched_free(struct sched *s)
         n = q->wnext;
         sreq_destroy(q);
     }
+    for (int i = 0; s->hint && i < SCHED_HINTS; i++)
+        sreq_destroy(s->hint[i]);
+    free(s->hint);
     free(s->running);
     free(s->batch);
     free(s->run_end);
@@ -339,13 +344,25 @@ static void commit_blocks(struct sched *s, struct sreq *q)
 
 static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engine_status st)
 {
+    q->hint_n = q->n_committed < q->n_blk ? q->n_committed : q->n_blk;
     release_blocks(s, q);
     q->state = SREQ_DONE;
     s->outstanding--;
     s->finished++;
     struct engine_request *r = q->r;
     r->priv = NULL;
-    sreq_destroy(q);
+    q->r = NULL;
+    /* Keep it as its session's hint (it no longer refers to r). */
+    if (s->p.prefix_caching && q->hint_n) {
+        if (!s->hint)
+            s->hint = xcalloc(SCHED_HINTS, sizeof *s->hint);
+        q->hint_key = r->session_key;
+        uint32_t k = (uint32_t)hash_mix(r->session_key, 0x68696e74) & (SCHED_HINTS - 1);
+        sreq_destroy(s->hint[k]);
+        s->hint[k] = q;
+    } else {
+        sreq_destroy(q);
+    }
     if (r->cb && r->cb->done)
         r->cb->done(r, t, st);
 }
@@ -416,8 +433,31 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     /* A head blocked for blocks retries every step: reuse its last match
      * while nothing was evicted (an eviction is the only way a matched
      * block leaves the table). */
-    if (q->hit_epoch == s->kv.evictions + 1)
+    if (q->hit_epoch == s->kv.evictions + 1) {
         m = q->hit_m;
+    } else if (s->hint) {
+        /* The session's previous request: same hashes, blocks that still
+         * hold them. */
+        uint32_t k = (uint32_t)hash_mix(q->r->session_key, 0x68696e74) & (SCHED_HINTS - 1);
+        const struct sreq *h = s->hint[k];
+        if (h && h->hint_key == q->r->session_key) {
+            uint32_t lim = h->hint_n;
+            if ((int64_t)lim > cap)
+                lim = (uint32_t)cap;
+            if (lim > q->n_hash)
+                lim = q->n_hash;
+            while (m < lim && h->hash[m] == q->hash[m]) {
+                uint32_t b = h->blk[m];
+                if (m + 8 < lim)
+                    __builtin_prefetch(&s->kv.b[h->blk[m + 8]]);
+                if (b >= s->kv.n_made || !(s->kv.b[b].flags & KV_HASHED) ||
+                    s->kv.b[b].hash != (q->hash[m] ? q->hash[m] : 1))
+                    break;
+                q->blk[m++] = b;
+            }
+            s->hint_hits += m;
+        }
+    }
     /* Lookups are independent cache misses: prefetch a few ahead. */
     uint32_t lim = (uint32_t)(cap < (int64_t)q->n_hash ? cap : (int64_t)q->n_hash);
     for (uint32_t k = m; k < m + 16 && k < lim; k++)

@@ -110,6 +110,8 @@ struct sreq {
     int fail;                /* engine_status to end with at the next boundary */
     int64_t cancel_ns;       /* when cancelled: emissions after it are not delivered */
     uint32_t hit_m;          /* blocks matched at the last admission attempt */
+    uint32_t hint_n;         /* as a hint: full blocks [0, hint_n) were cached */
+    uint64_t hint_key;       /* as a hint: its session_key */
     int64_t hit_epoch;       /* kv evictions + 1 then (0: none); while no block
                                 was evicted since, blk[0, hit_m) still match */
     /* This step. */
@@ -154,6 +156,13 @@ struct sched {
     int64_t finished;
     sched_step_fn on_step;
     void *on_step_arg;
+    /* Hints: the last finished request of a session (its block hashes and
+     * indices), so that the session's next call finds its prefix by
+     * comparing hashes in order instead of probing the table per block.
+     * A hint only speeds the lookup up; a block counts only if it still
+     * holds that content. Direct-mapped by session key. */
+    struct sreq **hint;
+    int64_t hint_hits;       /* blocks matched through a hint */
 };
 
 void sched_init(struct sched *s, int index, const struct sched_params *p,
