@@ -818,7 +818,10 @@ static int read_requests(const char *dir, struct reqvals *v, char *err)
             json_decref(o);
             break;
         }
-        bool has_first = jint64(o, "first_token_ns", &first) && first >= start;
+        /* no first token: the end stands in for it (as replay/metrics.c) */
+        if (!jint64(o, "first_token_ns", &first))
+            first = end;
+        bool has_first = first >= start;
         json_decref(o);
         if (v->n_ttft == cap) {
             cap = cap ? cap * 2 : 1024;
