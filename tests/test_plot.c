@@ -448,6 +448,20 @@ int main(void)
         const char *row = pd ? strchr(pd, '\n') : NULL;
         double got = row ? strtod(row + 1, NULL) : -1;
         CHECK_NEAR(got, want, 1e-5, "--percentile 50 plots interactivity_p50");
+        /* the distribution curves cross P90 at the reported P90 */
+        char *cd = slurp(out, "cdf_data.csv");
+        const char *q = cd ? strstr(cd, "\n0.9000,") : NULL;
+        const char *kt = rj ? strstr(rj, "\"tpot_ms\":{\"p90\":") : NULL;
+        const char *kf = rj ? strstr(rj, "\"ttft_ms\":{\"p90\":") : NULL;
+        CHECK(q && kt && kf, "P90 row and reported P90s found");
+        if (q && kt && kf) {
+            char *e;
+            double ttft = strtod(q + 8, &e);
+            double tpot = strtod(e + 1, NULL);
+            CHECK_NEAR(ttft, strtod(kf + 17, NULL), 1e-5, "TTFT curve at 0.9 = reported P90");
+            CHECK_NEAR(tpot, strtod(kt + 17, NULL), 1e-5, "TPOT curve at 0.9 = reported P90");
+        }
+        free(cd);
         free(pd);
         free(rj);
     }
