@@ -152,13 +152,14 @@ int main(void)
     if (t) {
         char path[] = "/tmp/bench_traceXXXXXX";
         int fd = mkstemp(path);
-        if (fd >= 0) {
+        int ok = fd >= 0 && trace_write_native(t, path, err) == 0;
+        if (fd >= 0)
             close(fd);
-            if (trace_write_native(t, path, err) == 0)
-                bench_one("generated native", path);
+        trace_destroy(t); /* before the child forks: its RSS is its own */
+        if (ok)
+            bench_one("generated native", path);
+        if (fd >= 0)
             unlink(path);
-        }
-        trace_destroy(t);
     }
     return 0;
 }

@@ -182,6 +182,18 @@ static void test_native(void)
     EXPECT("native too many ids", NH NS "{\"t\":0,\"in\":64,\"out\":1,\"ids\":[1,2]}\n", N, "bad.trace:3:",
            "2 block ids for 64 tokens");
     EXPECT("native empty", "", N, "empty");
+    /* Sessions without calls are legal; stats must cope (a fuzz finding). */
+    const char *nocalls = NH NS "{\"session\":1,\"scope\":0,\"block_size\":64}\n"
+                          "{\"session\":2,\"parent\":1,\"scope\":0,\"block_size\":64}\n";
+    char err[ERR_LEN];
+    struct trace *t = trace_read_mem(nocalls, strlen(nocalls), "nocalls", NULL, err);
+    CHECKF(t && t->n_roots == 2 && t->n_calls == 0, "sessions without calls read: %s", t ? "" : err);
+    if (t) {
+        struct trace_stats s;
+        trace_stats_compute(t, &s);
+        CHECK(s.sessions == 2 && s.subagents == 1 && s.calls == 0, "stats of call-less sessions");
+        trace_destroy(t);
+    }
 }
 
 static void test_garbage(void)

@@ -124,13 +124,11 @@ void tb_init(struct tb *b, enum trace_format f)
 static void tb_free_aux(struct tb *b)
 {
     free(b->str_tab);
-    free(b->pfx_key);
-    free(b->pfx_call);
+    free(b->pfx);
     free(b->last);
     free(b->scratch);
     b->str_tab = NULL;
-    b->pfx_key = NULL;
-    b->pfx_call = NULL;
+    b->pfx = NULL;
     b->last = b->scratch = NULL;
 }
 
@@ -236,35 +234,42 @@ static uint64_t pfx_seed(uint32_t scope) { return hash_mix(0x70726566ULL, scope)
 
 static void pfx_grow(struct tb *b)
 {
-    size_t mask = b->pfx_mask ? 2 * b->pfx_mask + 1 : 4095;
-    uint64_t *key = xcalloc(mask + 1, sizeof *key);
-    uint32_t *val = xmalloc((mask + 1) * sizeof *val);
-    for (size_t i = 0; b->pfx_key && i <= b->pfx_mask; i++) {
-        uint64_t k = b->pfx_key[i];
+    size_t mask = b->pfx_mask ? 2 * b->pfx_mask + 1 : (1u << 16) - 1;
+    struct tb_pfx *tab = xcalloc(mask + 1, sizeof *tab);
+    for (size_t i = 0; b->pfx && i <= b->pfx_mask; i++) {
+        uint64_t k = b->pfx[i].key;
         if (!k)
             continue;
         size_t j = k & mask;
-        while (key[j])
+        while (tab[j].key)
             j = (j + 1) & mask;
-        key[j] = k;
-        val[j] = b->pfx_call[i];
+        tab[j] = b->pfx[i];
     }
-    free(b->pfx_key);
-    free(b->pfx_call);
-    b->pfx_key = key;
-    b->pfx_call = val;
+    free(b->pfx);
+    b->pfx = tab;
     b->pfx_mask = mask;
+}
+
+void tb_pfx_reserve(struct tb *b, size_t n)
+{
+    if (b->pfx)
+        return;
+    size_t mask = (1u << 16) - 1;
+    while (mask < 2 * n && mask < (1u << 30))
+        mask = 2 * mask + 1;
+    b->pfx_mask = mask;
+    b->pfx = xcalloc(mask + 1, sizeof *b->pfx);
 }
 
 static uint32_t *pfx_slot(struct tb *b, uint64_t k, bool *found)
 {
     size_t j = k & b->pfx_mask;
-    while (b->pfx_key[j] && b->pfx_key[j] != k)
+    while (b->pfx[j].key && b->pfx[j].key != k)
         j = (j + 1) & b->pfx_mask;
-    *found = b->pfx_key[j] == k;
+    *found = b->pfx[j].key == k;
     if (!*found)
-        b->pfx_key[j] = k;
-    return &b->pfx_call[j];
+        b->pfx[j].key = k;
+    return &b->pfx[j].call;
 }
 
 static void ensure_u64(uint64_t **p, uint32_t *cap, uint32_t n)
@@ -318,7 +323,7 @@ uint32_t tb_call(struct tb *b, uint32_t s, const struct trace_call *proto,
     uint32_t ci = push_call(b, s, proto);
     uint32_t base = TRACE_NONE, n_shared = 0;
     if (b->use_pfx && n) {
-        if (!b->pfx_key)
+        if (!b->pfx)
             pfx_grow(b);
         uint64_t h = pfx_seed(t->sessions[s].scope);
         uint32_t best = TRACE_NONE, best_n = 0;

@@ -15,6 +15,11 @@
 #define TRACE_MAX_SECONDS 1e9         /* about 31 years */
 #define TRACE_MAX_BLOCK_SIZE 1048576
 
+struct tb_pfx {
+    uint64_t key;  /* chained prefix hash (never 0) */
+    uint32_t call; /* first call whose chain has this prefix */
+};
+
 struct tb {
     struct trace *t;
     size_t cap_calls, cap_sessions, cap_strings;
@@ -22,8 +27,7 @@ struct tb {
     size_t str_mask;
     /* Prefix table for global-scope traces: chained prefix hash -> call
      * that first had that prefix (0 key = empty). */
-    uint64_t *pfx_key;
-    uint32_t *pfx_call;
+    struct tb_pfx *pfx;    /* open addressing, key 0 = empty */
     size_t pfx_mask, pfx_used;
     bool use_pfx;
     /* The chain of the last call appended (its session's previous call). */
@@ -52,6 +56,8 @@ int tb_call_compact(struct tb *b, uint32_t s, const struct trace_call *proto,
                     uint32_t base, uint32_t n_shared, const uint64_t *suffix,
                     uint32_t n_suffix, char *err);
 void tb_call_init(struct trace_call *c);
+/* Sizes the prefix table for about n distinct prefixes (a hint). */
+void tb_pfx_reserve(struct tb *b, size_t n);
 
 /* Join strings of a JSON array of strings with ','; -1 if not strings. */
 int tb_json_str_list(struct tb *b, json_t *a, uint32_t *out);

@@ -102,7 +102,8 @@ void trace_stats_compute(const struct trace *t, struct trace_stats *s)
     s->subagents = t->n_sessions - t->n_roots;
     s->calls = t->n_calls;
     size_t n = t->n_calls;
-    double *v = xmalloc((n ? n : 1) * sizeof *v);
+    size_t nv = n > t->n_sessions ? n : t->n_sessions; /* sessions may have no calls */
+    double *v = xmalloc((nv ? nv : 1) * sizeof *v);
     int64_t *abs_t = xmalloc((n ? n : 1) * sizeof *abs_t);
     trace_call_abs_times(t, abs_t);
 
