@@ -656,7 +656,7 @@ struct chart {
     const char *script; /* plots/NAME.gp */
     char vars[2048];    /* gnuplot -e assignments (no quotes of type ") */
     const char *title;  /* heading in report.md */
-    char about[1024];   /* what the chart shows, for report.md */
+    char about[2048];   /* what the chart shows, for report.md */
     char data[64];      /* its CSV */
     bool rendered[2];   /* png, svg */
 };
@@ -1077,10 +1077,11 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
         top[k] = cmax[k] > 0 ? cmax[k] * 1.08 : 1;
     snprintf(ch->vars, sizeof ch->vars,
              "n=%d; tunit=%d; tmax=%.6g; ylive=%.6g; yrun=%.6g; ywait=%.6g; ytok=%.6g; "
-             "yhit=%.6g; logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; l7='%s'; l8='%s'; sub='%s'; "
-             "warn='%s'",
+             "yhit=%.6g; logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; "
+             "l7='%s'; l8='%s'; sub='%s'; warn='%s'",
              blocks, tmax > 7200 ? 60 : 1, tmax, top[1], top[2], top[3], fmax(top[6], top[7]),
-             fmax(105, cmax[5] * 1.05), want_log(fmin(cmin_pos[6], cmin_pos[7]), fmax(cmax[6], cmax[7]), 1000), has[1].p,
+             fmax(105, cmax[5] * 1.05),
+             want_log(fmin(cmin_pos[6], cmin_pos[7]), fmax(cmax[6], cmax[7]), 1000), has[1].p,
              has[2].p, has[3].p, has[4].p, has[5].p, has[6].p, has[7].p, cl, warn);
     for (int k = 0; k < NC; k++)
         sb_free(&has[k]);
