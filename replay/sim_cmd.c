@@ -120,6 +120,7 @@ static int load_trace(struct ctx *c, const char *path, const struct trace_read_o
 struct progress {
     int64_t wall0;
     int64_t end_ns;
+    int64_t last_wall;       /* last redraw; at most 10 a second */
     bool show;
     bool shown;
 };
@@ -132,6 +133,9 @@ static void on_tick(void *arg, struct replay *r, int64_t now)
     if (!p->show)
         return;
     int64_t wall = util_wall_ns() - p->wall0;
+    if (p->shown && wall - p->last_wall < 100 * NS_PER_MS)
+        return;
+    p->last_wall = wall;
     double frac = p->end_ns > 0 ? (double)now / (double)p->end_ns : 0;
     if (frac > 1)
         frac = 1;
