@@ -148,8 +148,9 @@ void sched_free(struct sched *s)
         n = q->wnext;
         sreq_destroy(q);
     }
-    for (int i = 0; s->hint && i < SCHED_HINTS; i++)
-        sreq_destroy(s->hint[i]);
+    for (uint32_t i = 0; i < s->hint_len; i++)
+        sreq_destroy(s->hint_fifo[(s->hint_head + i) % s->hint_cap]);
+    free(s->hint_fifo);
     free(s->hint);
     free(s->running);
     free(s->batch);
@@ -237,6 +238,7 @@ int sched_submit(struct sched *s, struct engine_request *r, char *err)
     q->blk = (uint32_t *)(q->hash + cap_hash);
     q->cap_hash = cap_hash;
     q->cap_blk = cap_blk;
+    q->bytes = (int64_t)sz;
     q->r = r;
     q->s = s;
     q->arrival_ns = loop_now(s->loop);
@@ -342,6 +344,47 @@ static void commit_blocks(struct sched *s, struct sreq *q)
     q->n_committed = full;
 }
 
+static inline uint32_t hint_slot(uint64_t key)
+{
+    return (uint32_t)hash_mix(key, 0x68696e74) & (SCHED_HINTS - 1);
+}
+
+/* Makes q its session's hint; drops the oldest hints beyond the budget. */
+static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
+{
+    if (!s->hint) {
+        s->hint = xcalloc(SCHED_HINTS, sizeof *s->hint);
+        s->hint_cap = 256;
+        s->hint_fifo = xmalloc(s->hint_cap * sizeof *s->hint_fifo);
+    }
+    q->hint_key = key;
+    q->in_slot = true;
+    uint32_t k = hint_slot(key);
+    if (s->hint[k])
+        s->hint[k]->in_slot = false;
+    s->hint[k] = q;
+    if (s->hint_len == s->hint_cap) {
+        struct sreq **nf = xmalloc(2 * s->hint_cap * sizeof *nf);
+        for (uint32_t i = 0; i < s->hint_len; i++)
+            nf[i] = s->hint_fifo[(s->hint_head + i) % s->hint_cap];
+        free(s->hint_fifo);
+        s->hint_fifo = nf;
+        s->hint_head = 0;
+        s->hint_cap *= 2;
+    }
+    s->hint_fifo[(s->hint_head + s->hint_len++) % s->hint_cap] = q;
+    s->hint_bytes += q->bytes;
+    while (s->hint_bytes > s->p.hint_budget && s->hint_len > 1) {
+        struct sreq *o = s->hint_fifo[s->hint_head];
+        s->hint_head = (s->hint_head + 1) % s->hint_cap;
+        s->hint_len--;
+        s->hint_bytes -= o->bytes;
+        if (o->in_slot)
+            s->hint[hint_slot(o->hint_key)] = NULL;
+        sreq_destroy(o);
+    }
+}
+
 static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engine_status st)
 {
     q->hint_n = q->n_committed < q->n_blk ? q->n_committed : q->n_blk;
@@ -353,16 +396,10 @@ static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engi
     r->priv = NULL;
     q->r = NULL;
     /* Keep it as its session's hint (it no longer refers to r). */
-    if (s->p.prefix_caching && q->hint_n) {
-        if (!s->hint)
-            s->hint = xcalloc(SCHED_HINTS, sizeof *s->hint);
-        q->hint_key = r->session_key;
-        uint32_t k = (uint32_t)hash_mix(r->session_key, 0x68696e74) & (SCHED_HINTS - 1);
-        sreq_destroy(s->hint[k]);
-        s->hint[k] = q;
-    } else {
+    if (s->p.prefix_caching && q->hint_n && s->p.hint_budget > 0)
+        hint_put(s, q, r->session_key);
+    else
         sreq_destroy(q);
-    }
     if (r->cb && r->cb->done)
         r->cb->done(r, t, st);
 }
@@ -438,8 +475,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     } else if (s->hint) {
         /* The session's previous request: same hashes, blocks that still
          * hold them. */
-        uint32_t k = (uint32_t)hash_mix(q->r->session_key, 0x68696e74) & (SCHED_HINTS - 1);
-        const struct sreq *h = s->hint[k];
+        const struct sreq *h = s->hint[hint_slot(q->r->session_key)];
         if (h && h->hint_key == q->r->session_key) {
             uint32_t lim = h->hint_n;
             if ((int64_t)lim > cap)

@@ -71,6 +71,7 @@ struct sched_params {
     int64_t kv_units;               /* pool size, blocks */
     bool stepwise;                  /* no closed-form runs */
     const struct spec_model *spec;  /* draft 0: no speculation */
+    int64_t hint_budget;            /* bytes of session hints (0: none) */
 };
 
 /* Prices steps from the batch; decode-only steps are priced by linear
@@ -112,6 +113,8 @@ struct sreq {
     uint32_t hit_m;          /* blocks matched at the last admission attempt */
     uint32_t hint_n;         /* as a hint: full blocks [0, hint_n) were cached */
     uint64_t hint_key;       /* as a hint: its session_key */
+    int64_t bytes;           /* its allocation */
+    bool in_slot;            /* as a hint: still the session's current one */
     int64_t hit_epoch;       /* kv evictions + 1 then (0: none); while no block
                                 was evicted since, blk[0, hit_m) still match */
     /* This step. */
@@ -162,6 +165,9 @@ struct sched {
      * A hint only speeds the lookup up; a block counts only if it still
      * holds that content. Direct-mapped by session key. */
     struct sreq **hint;
+    struct sreq **hint_fifo; /* hints in insertion order (ring) */
+    uint32_t hint_head, hint_len, hint_cap;
+    int64_t hint_bytes, hint_budget; /* memory the hints hold, and its cap */
     int64_t hint_hits;       /* blocks matched through a hint */
 };
 

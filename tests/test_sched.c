@@ -79,7 +79,7 @@ static void setup(struct sched *s, int bs, int64_t budget, int max_seqs, int64_t
                              .max_num_seqs = max_seqs, .max_model_len = 1 << 20,
                              .prefix_caching = true, .hybrid = hybrid, .ckpt_interval = 2,
                              .ckpt_units = ckpt_units, .kv_units = units, .stepwise = true,
-                             .spec = &SPEC};
+                             .spec = &SPEC, .hint_budget = 1 << 20};
     FL.now = 0;
     sched_init(s, 0, &p, PRICER, &FL.base);
 }
