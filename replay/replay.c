@@ -509,7 +509,7 @@ static void call_finish(struct rcall *k, int64_t t, enum target_status st, const
     r.http_status = k->tc.http_status;
     r.server_prompt_tokens = k->tc.server_prompt_tokens;
     r.server_output_tokens = k->tc.server_output_tokens;
-    r.live = k->tc.http_status != 0;
+    r.live = rp->tg->live || k->tc.http_status != 0;
     if (st == TARGET_ERR_CANCELLED || (k->cancel_requested && st != TARGET_OK)) {
         r.cancelled = true;
         r.error = "cancelled";

@@ -117,6 +117,8 @@ struct target {
     const struct target_ops *ops;
     struct loop *loop;         /* the loop it delivers callbacks on */
     int gpus;                  /* GPUs of the whole deployment (0 unknown) */
+    bool live;                 /* a live endpoint: records carry
+                                  http_status and the server's usage */
 };
 
 static inline int target_submit(struct target *t, struct target_call *c, char *err)
