@@ -37,7 +37,7 @@ int k3_shape_full(struct k3_shape *s, int tp, int ctx_max, char *err)
         .conv = 4, .mla_heads = 96 / tp, .q_lora = 1536, .kv_lora = 512,
         .nope = 128, .rope = 64, .v_head = 128, .experts = 896, .topk = 16,
         .expert_inter = 3072 / tp, .shared_inter = 2 * 3072 / tp,
-        .latent = 3584, .ctx_max = ctx_max, .eps = 1e-5f,
+        .latent = 3584, .latent_shard = 3584 / tp, .ctx_max = ctx_max, .eps = 1e-5f,
         .situ_beta = 4.0f, .situ_linear_beta = 25.0f, .gate_lower = -5.0f,
         .route_scale = 1.0f,
     };
@@ -50,7 +50,7 @@ void k3_shape_small(struct k3_shape *s, int ctx_max)
         .tp = 1, .hidden = 256, .kda_heads = 2, .head_dim = 32, .conv = 4,
         .mla_heads = 2, .q_lora = 64, .kv_lora = 64, .nope = 32, .rope = 16,
         .v_head = 32, .experts = 32, .topk = 4, .expert_inter = 64,
-        .shared_inter = 64, .latent = 128, .ctx_max = ctx_max, .eps = 1e-5f,
+        .shared_inter = 64, .latent = 128, .latent_shard = 128, .ctx_max = ctx_max, .eps = 1e-5f,
         .situ_beta = 4.0f, .situ_linear_beta = 25.0f, .gate_lower = -5.0f,
         .route_scale = 1.0f,
     };
@@ -69,6 +69,8 @@ int k3_shape_verify(const struct k3_shape *s, char *err)
     if (s->latent % K3_MX_GROUP || s->expert_inter % K3_MX_GROUP || s->expert_inter <= 0)
         return kerr(err, "latent %d and expert_inter %d must be multiples of %d",
                     s->latent, s->expert_inter, K3_MX_GROUP);
+    if (s->latent_shard <= 0 || s->latent_shard > s->latent || s->latent_shard % 8)
+        return kerr(err, "latent_shard %d: must be 8..latent, a multiple of 8", s->latent_shard);
     if (s->experts <= 0 || s->experts > 4096 || s->topk <= 0 || s->topk > 32 ||
         s->topk > s->experts)
         return kerr(err, "experts %d / topk %d out of range", s->experts, s->topk);
@@ -111,12 +113,11 @@ static void tensor_sizes(const struct k3_shape *s, enum k3_kind kind, int B,
                          struct k3_tensor *t)
 {
     size_t H = s->hidden, E = s->experts, k = s->topk, I = s->expert_inter;
-    size_t SI = s->shared_inter, Lt = s->latent;
+    size_t SI = s->shared_inter, Lt = s->latent, Ls = s->latent_shard, P = (size_t)B * k;
     size_t nh = s->kda_heads, d = s->head_dim, hd = nh * d;
     size_t gw = k3_kda_gw(s), mh = s->mla_heads, aw = k3_mla_aw(s);
     size_t kv = s->kv_lora, qw = k3_mla_qw(s), aow = k3_attn_width(s, kind);
     int kda = kind == K3_KDA, mla = kind == K3_MLA;
-    size_t rmax = 2 * I > Lt ? 2 * I : Lt;
 #define T(id, dt, n) t[id] = (struct k3_tensor){#id + 3, dt, (n), NULL, NULL}
     T(K3_W_ATTN_NORM, K3_DT_F32, H);
     T(K3_W_MOE_NORM, K3_DT_F32, H);
@@ -125,13 +126,13 @@ static void tensor_sizes(const struct k3_shape *s, enum k3_kind kind, int B,
     T(K3_W_ROUTER_BIAS, K3_DT_F32, E);
     T(K3_W_SH_GU, K3_DT_BF16, 2 * SI * H);
     T(K3_W_SH_DOWN, K3_DT_BF16, H * SI);
-    T(K3_W_LAT_IN, K3_DT_BF16, Lt * H);
+    T(K3_W_LAT_IN, K3_DT_BF16, Ls * H);
     T(K3_W_LAT_NORM, K3_DT_F32, Lt);
     T(K3_W_RT_GU, K3_DT_U8, E * 2 * I * Lt / 2);
     T(K3_W_RT_GU_S, K3_DT_U8, E * 2 * I * Lt / K3_MX_GROUP);
     T(K3_W_RT_DOWN, K3_DT_U8, E * Lt * I / 2);
     T(K3_W_RT_DOWN_S, K3_DT_U8, E * Lt * I / K3_MX_GROUP);
-    T(K3_W_LAT_OUT, K3_DT_BF16, H * Lt);
+    T(K3_W_LAT_OUT, K3_DT_BF16, H * Ls);
     T(K3_W_KDA_QKV, K3_DT_BF16, kda * 3 * hd * H);
     T(K3_W_KDA_GATE, K3_DT_BF16, kda * gw * H);
     T(K3_W_KDA_CONV, K3_DT_F32, kda * 3 * hd * s->conv);
@@ -175,11 +176,12 @@ static void tensor_sizes(const struct k3_shape *s, enum k3_kind kind, int B,
     T(K3_A_SHOUT, K3_DT_BF16, B * H);
     T(K3_A_LAT, K3_DT_BF16, B * Lt);
     T(K3_A_LATN, K3_DT_BF16, B * Lt);
-    T(K3_A_RGU, K3_DT_BF16, B * k * 2 * I);
-    T(K3_A_RH, K3_DT_BF16, B * k * I);
-    T(K3_A_RY, K3_DT_BF16, B * k * Lt);
-    T(K3_A_RF32, K3_DT_F32, B * k * rmax);
-    T(K3_A_RLAT, K3_DT_BF16, B * Lt);
+    T(K3_A_ALIGN, K3_DT_I32, 3 * P + 3);
+    T(K3_A_RGU, K3_DT_BF16, P * 2 * I);
+    T(K3_A_RF32, K3_DT_F32, P * 2 * I);
+    T(K3_A_RH, K3_DT_BF16, P * I);
+    T(K3_A_RACC, K3_DT_F32, B * Lt);
+    T(K3_A_KVN, K3_DT_BF16, mla * B * (kv + s->rope));
 #undef T
 }
 
@@ -370,6 +372,10 @@ void k3_layer_randomize(struct k3_layer *L, uint64_t seed, int ctx_len)
     for (int i = K3_A_XN; i < K3_T_COUNT; i++)
         if (t[i].count)
             memset(t[i].host, 0xff, t[i].count * k3_dtype_size(t[i].dtype));
+    /* The latent columns other ranks project (tp > 1) hold their values. */
+    for (int b = 0; b < L->batch; b++)
+        for (int j = s->latent_shard; j < s->latent; j++)
+            K3_BF(L, K3_A_LAT)[(size_t)b * s->latent + j] = k3_f32_to_bf16(krng_normal(&r));
     memset(t[K3_IO_R_OUT].host, 0xff, t[K3_IO_R_OUT].count * 2);
     memset(t[K3_IO_D_OUT].host, 0xff, t[K3_IO_D_OUT].count * 2);
 }
@@ -379,7 +385,14 @@ void k3_layer_randomize(struct k3_layer *L, uint64_t seed, int ctx_len)
 #define SH (&L->sh)
 #define NB (L->batch)
 
-static void op_attn_add_norm(struct k3_layer *L)
+static int mla_kv_off(const struct k3_shape *s) { return s->q_lora; }
+static int mla_gate_off(const struct k3_shape *s) { return s->q_lora + s->kv_lora + s->rope; }
+static float mla_scale(const struct k3_shape *s)
+{
+    return 1.0f / sqrtf((float)(s->nope + s->rope));
+}
+
+static void op_input_norm(struct k3_layer *L)
 {
     memcpy(K3_BF(L, K3_IO_R_OUT), K3_BF(L, K3_IO_R_IN), L->t[K3_IO_R_IN].count * 2);
     k3_add_rmsnorm_cpu(NB, SH->hidden, K3_BF(L, K3_IO_R_OUT), K3_BF(L, K3_IO_D_IN),
@@ -387,25 +400,27 @@ static void op_attn_add_norm(struct k3_layer *L)
 }
 static void op_kda_qkv_proj(struct k3_layer *L)
 {
-    k3_gemv_bf16_cpu(NB, 3 * k3_kda_hd(SH), SH->hidden, K3_BF(L, K3_A_XN),
-                     K3_BF(L, K3_W_KDA_QKV), NULL, K3_BF(L, K3_A_QKV));
+    int n = 3 * k3_kda_hd(SH);
+    k3_gemv_rows_cpu(NB, 0, n, SH->hidden, K3_BF(L, K3_A_XN), SH->hidden,
+                     K3_BF(L, K3_W_KDA_QKV), NULL, K3_BF(L, K3_A_QKV), n);
 }
-static void op_kda_gate_proj(struct k3_layer *L)
-{
-    k3_gemv_bf16_cpu(NB, k3_kda_gw(SH), SH->hidden, K3_BF(L, K3_A_XN),
-                     K3_BF(L, K3_W_KDA_GATE), NULL, K3_BF(L, K3_A_GP));
-}
-static void op_kda_conv(struct k3_layer *L)
+static void op_kda_short_conv(struct k3_layer *L)
 {
     k3_kda_conv_cpu(NB, 3 * k3_kda_hd(SH), SH->conv, K3_BF(L, K3_A_QKV),
-                    K3_F32(L, K3_W_KDA_CONV), K3_F32(L, K3_S_KDA_CONV),
-                    K3_BF(L, K3_A_QKVC));
+                    K3_F32(L, K3_W_KDA_CONV), K3_F32(L, K3_S_KDA_CONV), K3_BF(L, K3_A_QKVC));
 }
-static void op_kda_gates(struct k3_layer *L)
+/* Decay and beta rows of the gate projection. */
+static void op_kda_gate_proj(struct k3_layer *L)
+{
+    k3_gemv_rows_cpu(NB, 0, k3_kda_hd(SH) + SH->kda_heads, SH->hidden, K3_BF(L, K3_A_XN),
+                     SH->hidden, K3_BF(L, K3_W_KDA_GATE), NULL, K3_BF(L, K3_A_GP),
+                     k3_kda_gw(SH));
+}
+static void op_kda_gate_act(struct k3_layer *L)
 {
     k3_kda_gates_cpu(NB, SH->kda_heads, SH->head_dim, K3_BF(L, K3_A_GP),
-                     K3_F32(L, K3_W_KDA_ALOG), K3_F32(L, K3_W_KDA_DTB),
-                     SH->gate_lower, K3_F32(L, K3_A_G), K3_F32(L, K3_A_BETA));
+                     K3_F32(L, K3_W_KDA_ALOG), K3_F32(L, K3_W_KDA_DTB), SH->gate_lower,
+                     K3_F32(L, K3_A_G), K3_F32(L, K3_A_BETA));
 }
 static void op_kda_recurrent(struct k3_layer *L)
 {
@@ -413,85 +428,119 @@ static void op_kda_recurrent(struct k3_layer *L)
                          K3_F32(L, K3_A_G), K3_F32(L, K3_A_BETA),
                          K3_F32(L, K3_S_KDA_STATE), K3_BF(L, K3_A_O));
 }
-static void op_kda_out_norm(struct k3_layer *L)
+/* Output-gate rows of the gate projection. */
+static void op_kda_out_gate_proj(struct k3_layer *L)
+{
+    k3_gemv_rows_cpu(NB, k3_kda_hd(SH) + SH->kda_heads, k3_kda_gw(SH), SH->hidden,
+                     K3_BF(L, K3_A_XN), SH->hidden, K3_BF(L, K3_W_KDA_GATE), NULL,
+                     K3_BF(L, K3_A_GP), k3_kda_gw(SH));
+}
+static void op_kda_out_norm_gate(struct k3_layer *L)
 {
     int hd = k3_kda_hd(SH);
     k3_kda_out_norm_cpu(NB, SH->kda_heads, SH->head_dim, K3_BF(L, K3_A_O),
                         K3_BF(L, K3_A_GP) + hd + SH->kda_heads, k3_kda_gw(SH),
                         K3_F32(L, K3_W_KDA_ONORM), SH->eps, K3_BF(L, K3_A_ON));
 }
-static void op_mla_a_proj(struct k3_layer *L)
+static void op_mla_qkv_a_proj(struct k3_layer *L)
 {
-    k3_gemv_bf16_cpu(NB, k3_mla_aw(SH), SH->hidden, K3_BF(L, K3_A_XN),
-                     K3_BF(L, K3_W_MLA_A), NULL, K3_BF(L, K3_A_MA));
+    k3_gemv_rows_cpu(NB, 0, mla_gate_off(SH), SH->hidden, K3_BF(L, K3_A_XN), SH->hidden,
+                     K3_BF(L, K3_W_MLA_A), NULL, K3_BF(L, K3_A_MA), k3_mla_aw(SH));
 }
-static void op_mla_q_norm(struct k3_layer *L)
+static void op_mla_qkv_a_norm(struct k3_layer *L)
 {
-    k3_rmsnorm_cpu(NB, SH->q_lora, K3_BF(L, K3_A_MA), k3_mla_aw(SH),
-                   K3_F32(L, K3_W_MLA_QNORM), SH->eps, K3_BF(L, K3_A_QAN), SH->q_lora);
-}
-static void op_mla_kv_cache(struct k3_layer *L)
-{
-    k3_mla_kv_cache_cpu(NB, SH->kv_lora, SH->rope, K3_BF(L, K3_A_MA), k3_mla_aw(SH),
-                        SH->q_lora, K3_F32(L, K3_W_MLA_KVNORM), SH->eps,
-                        K3_U8(L, K3_S_MLA_CACHE), SH->ctx_max, K3_I32(L, K3_S_MLA_POS));
+    int aw = k3_mla_aw(SH), kvw = SH->kv_lora + SH->rope;
+    k3_rmsnorm_cpu(NB, SH->q_lora, K3_BF(L, K3_A_MA), aw, K3_F32(L, K3_W_MLA_QNORM),
+                   SH->eps, K3_BF(L, K3_A_QAN), SH->q_lora);
+    k3_rmsnorm_cpu(NB, SH->kv_lora, K3_BF(L, K3_A_MA) + mla_kv_off(SH), aw,
+                   K3_F32(L, K3_W_MLA_KVNORM), SH->eps, K3_BF(L, K3_A_KVN), kvw);
+    for (int b = 0; b < NB; b++)
+        memcpy(K3_BF(L, K3_A_KVN) + (size_t)b * kvw + SH->kv_lora,
+               K3_BF(L, K3_A_MA) + (size_t)b * aw + mla_kv_off(SH) + SH->kv_lora, SH->rope * 2);
 }
 static void op_mla_q_b_proj(struct k3_layer *L)
 {
-    k3_gemv_bf16_cpu(NB, SH->mla_heads * k3_mla_qw(SH), SH->q_lora, K3_BF(L, K3_A_QAN),
-                     K3_BF(L, K3_W_MLA_QB), NULL, K3_BF(L, K3_A_QB));
+    int n = SH->mla_heads * k3_mla_qw(SH);
+    k3_gemv_rows_cpu(NB, 0, n, SH->q_lora, K3_BF(L, K3_A_QAN), SH->q_lora,
+                     K3_BF(L, K3_W_MLA_QB), NULL, K3_BF(L, K3_A_QB), n);
+}
+/* The latent row is stored as is (NoPE: the rope part is not rotated). */
+static void op_mla_rope_cache_write(struct k3_layer *L)
+{
+    int kvw = SH->kv_lora + SH->rope;
+    for (int b = 0; b < NB; b++) {
+        uint8_t *dst = K3_U8(L, K3_S_MLA_CACHE) +
+                       ((size_t)b * SH->ctx_max + K3_I32(L, K3_S_MLA_POS)[b]) * kvw;
+        for (int i = 0; i < kvw; i++)
+            dst[i] = k3_f32_to_fp8(BF(K3_BF(L, K3_A_KVN)[(size_t)b * kvw + i]));
+    }
 }
 static void op_mla_q_absorb(struct k3_layer *L)
 {
-    k3_mla_absorb_cpu(NB, SH->mla_heads, SH->nope, SH->rope, SH->kv_lora,
-                      K3_BF(L, K3_A_QB), K3_BF(L, K3_W_MLA_UK), K3_BF(L, K3_A_QLAT));
+    k3_mla_absorb_cpu(NB, SH->mla_heads, SH->nope, SH->rope, SH->kv_lora, K3_BF(L, K3_A_QB),
+                      K3_BF(L, K3_W_MLA_UK), K3_BF(L, K3_A_QLAT));
 }
-static float mla_scale(const struct k3_shape *s)
+static void op_mla_attention(struct k3_layer *L)
 {
-    return 1.0f / sqrtf((float)(s->nope + s->rope));
+    k3_mla_attn_cpu(NB, SH->mla_heads, SH->nope, SH->rope, SH->kv_lora, K3_BF(L, K3_A_QLAT),
+                    K3_BF(L, K3_A_QB), K3_U8(L, K3_S_MLA_CACHE), SH->ctx_max,
+                    K3_I32(L, K3_S_MLA_POS), mla_scale(SH), K3_BF(L, K3_A_OLAT));
 }
-static void op_mla_attn(struct k3_layer *L)
-{
-    k3_mla_attn_cpu(NB, SH->mla_heads, SH->nope, SH->rope, SH->kv_lora,
-                    K3_BF(L, K3_A_QLAT), K3_BF(L, K3_A_QB), K3_U8(L, K3_S_MLA_CACHE),
-                    SH->ctx_max, K3_I32(L, K3_S_MLA_POS), mla_scale(SH),
-                    K3_BF(L, K3_A_OLAT));
-}
-static int mla_gate_off(const struct k3_shape *s) { return s->q_lora + s->kv_lora + s->rope; }
 static void op_mla_v_up(struct k3_layer *L)
 {
     k3_mla_vup_cpu(NB, SH->mla_heads, SH->kv_lora, SH->v_head, K3_BF(L, K3_A_OLAT),
-                   K3_BF(L, K3_W_MLA_UV), K3_BF(L, K3_A_MA) + mla_gate_off(SH),
-                   k3_mla_aw(SH), K3_BF(L, K3_A_O));
+                   K3_BF(L, K3_W_MLA_UV), NULL, 0, K3_BF(L, K3_A_O));
+}
+/* Output-gate projection of the normalized input (stored beside the
+ * a-projection), applied to the attention output in the epilogue:
+ * o = bf16(o * sigmoid(bf16(gate))). */
+static void op_mla_out_gate(struct k3_layer *L)
+{
+    int H = SH->hidden, n = SH->mla_heads * SH->v_head, off = mla_gate_off(SH);
+    for (int b = 0; b < NB; b++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int k = 0; k < H; k++)
+                s += (double)BF(K3_BF(L, K3_A_XN)[(size_t)b * H + k]) *
+                     BF(K3_BF(L, K3_W_MLA_A)[(size_t)(off + j) * H + k]);
+            k3_bf16 *o = K3_BF(L, K3_A_O) + (size_t)b * n + j, gt = k3_f32_to_bf16((float)s);
+            K3_BF(L, K3_A_MA)[(size_t)b * k3_mla_aw(SH) + off + j] = gt;
+            *o = k3_f32_to_bf16(BF(*o) * k3_sigmoid(BF(gt)));
+        }
+}
+static const k3_bf16 *attn_out(struct k3_layer *L)
+{
+    return L->kind == K3_KDA ? K3_BF(L, K3_A_ON) : K3_BF(L, K3_A_O);
 }
 static void op_attn_o_proj(struct k3_layer *L)
 {
-    const k3_bf16 *in = L->kind == K3_KDA ? K3_BF(L, K3_A_ON) : K3_BF(L, K3_A_O);
-    k3_gemv_bf16_cpu(NB, SH->hidden, k3_attn_width(SH, L->kind), in, K3_BF(L, K3_W_O),
-                     NULL, K3_BF(L, K3_A_ATT));
+    int K = k3_attn_width(SH, L->kind);
+    k3_gemv_rows_cpu(NB, 0, SH->hidden, K, attn_out(L), K, K3_BF(L, K3_W_O), NULL,
+                     K3_BF(L, K3_A_ATT), SH->hidden);
 }
 /* One rank: the sum over ranks is the local partial itself. */
 static void op_allreduce_local(struct k3_layer *L) { (void)L; }
-static void op_moe_add_norm(struct k3_layer *L)
+static void op_post_attn_norm(struct k3_layer *L)
 {
     k3_add_rmsnorm_cpu(NB, SH->hidden, K3_BF(L, K3_IO_R_OUT), K3_BF(L, K3_A_ATT),
                        K3_F32(L, K3_W_MOE_NORM), SH->eps, K3_BF(L, K3_A_XN2));
 }
-static void op_router_gemv(struct k3_layer *L)
+static void op_router_gemm(struct k3_layer *L)
 {
-    k3_gemv_f32_cpu(NB, SH->experts, SH->hidden, K3_BF(L, K3_A_XN2),
-                    K3_BF(L, K3_W_ROUTER), K3_F32(L, K3_A_LOGITS));
+    k3_gemv_f32_cpu(NB, SH->experts, SH->hidden, K3_BF(L, K3_A_XN2), K3_BF(L, K3_W_ROUTER),
+                    K3_F32(L, K3_A_LOGITS));
 }
 static void op_router_topk(struct k3_layer *L)
 {
     k3_router_topk_cpu(NB, SH->experts, SH->topk, K3_F32(L, K3_A_LOGITS),
-                       K3_F32(L, K3_W_ROUTER_BIAS), SH->route_scale,
-                       K3_I32(L, K3_A_IDS), K3_F32(L, K3_A_WTS));
+                       K3_F32(L, K3_W_ROUTER_BIAS), SH->route_scale, K3_I32(L, K3_A_IDS),
+                       K3_F32(L, K3_A_WTS));
 }
 static void op_shared_gate_up(struct k3_layer *L)
 {
-    k3_gemv_bf16_cpu(NB, 2 * SH->shared_inter, SH->hidden, K3_BF(L, K3_A_XN2),
-                     K3_BF(L, K3_W_SH_GU), NULL, K3_BF(L, K3_A_SHGU));
+    int n = 2 * SH->shared_inter;
+    k3_gemv_rows_cpu(NB, 0, n, SH->hidden, K3_BF(L, K3_A_XN2), SH->hidden,
+                     K3_BF(L, K3_W_SH_GU), NULL, K3_BF(L, K3_A_SHGU), n);
 }
 static void op_shared_act(struct k3_layer *L)
 {
@@ -500,261 +549,231 @@ static void op_shared_act(struct k3_layer *L)
 }
 static void op_shared_down(struct k3_layer *L)
 {
-    k3_gemv_bf16_cpu(NB, SH->hidden, SH->shared_inter, K3_BF(L, K3_A_SHH),
-                     K3_BF(L, K3_W_SH_DOWN), NULL, K3_BF(L, K3_A_SHOUT));
+    k3_gemv_rows_cpu(NB, 0, SH->hidden, SH->shared_inter, K3_BF(L, K3_A_SHH),
+                     SH->shared_inter, K3_BF(L, K3_W_SH_DOWN), NULL, K3_BF(L, K3_A_SHOUT),
+                     SH->hidden);
 }
-static void op_latent_in(struct k3_layer *L)
+/* This rank's slice of the latent (columns 0..Ls); the all-gather that
+ * completes it is a local step on one rank. */
+static void op_moe_latent_down(struct k3_layer *L)
 {
-    k3_gemv_bf16_cpu(NB, SH->latent, SH->hidden, K3_BF(L, K3_A_XN2),
-                     K3_BF(L, K3_W_LAT_IN), NULL, K3_BF(L, K3_A_LAT));
+    k3_gemv_rows_cpu(NB, 0, SH->latent_shard, SH->hidden, K3_BF(L, K3_A_XN2), SH->hidden,
+                     K3_BF(L, K3_W_LAT_IN), NULL, K3_BF(L, K3_A_LAT), SH->latent);
 }
-static void op_latent_norm(struct k3_layer *L)
+/* Latent norm (latent_moe_use_norm), token-expert pairs grouped by
+ * expert, and the routed accumulator cleared. */
+static void op_moe_align(struct k3_layer *L)
 {
-    k3_rmsnorm_cpu(NB, SH->latent, K3_BF(L, K3_A_LAT), SH->latent,
-                   K3_F32(L, K3_W_LAT_NORM), SH->eps, K3_BF(L, K3_A_LATN), SH->latent);
+    k3_rmsnorm_cpu(NB, SH->latent, K3_BF(L, K3_A_LAT), SH->latent, K3_F32(L, K3_W_LAT_NORM),
+                   SH->eps, K3_BF(L, K3_A_LATN), SH->latent);
+    k3_moe_align_cpu(NB, SH->topk, SH->experts, K3_I32(L, K3_A_IDS), K3_I32(L, K3_A_ALIGN));
+    memset(K3_F32(L, K3_A_RACC), 0, L->t[K3_A_RACC].count * 4);
 }
-static void f32_to_bf16_rows(const float *in, k3_bf16 *out, size_t n)
+/* Grouped MXFP4 expert GEMV: each active expert's rows are read once for
+ * all the pairs routed to it. */
+static void op_moe_gate_up(struct k3_layer *L)
 {
-    for (size_t i = 0; i < n; i++)
-        out[i] = k3_f32_to_bf16(in[i]);
+    int P = NB * SH->topk, n2 = 2 * SH->expert_inter, Lt = SH->latent;
+    const int32_t *al = K3_I32(L, K3_A_ALIGN);
+    for (int j = 0; j < al[0]; j++) {
+        size_t e = al[1 + j];
+        for (int r = 0; r < n2; r++) {
+            size_t row = e * n2 + r;
+            for (int q = al[P + 2 + j]; q < al[P + 3 + j]; q++) {
+                int p = al[2 * P + 3 + q], b = p / SH->topk;
+                double v = k3_mxfp4_dot_cpu(K3_BF(L, K3_A_LATN) + (size_t)b * Lt,
+                                            K3_U8(L, K3_W_RT_GU) + row * Lt / 2,
+                                            K3_U8(L, K3_W_RT_GU_S) + row * Lt / K3_MX_GROUP, Lt);
+                K3_BF(L, K3_A_RGU)[(size_t)p * n2 + r] = k3_f32_to_bf16((float)v);
+            }
+        }
+    }
 }
-static void op_routed_gate_up(struct k3_layer *L)
-{
-    int n = 2 * SH->expert_inter;
-    k3_moe_gemv_mxfp4_f32_cpu(NB, SH->topk, n, SH->latent, K3_BF(L, K3_A_LATN), 0,
-                              K3_I32(L, K3_A_IDS), K3_U8(L, K3_W_RT_GU),
-                              K3_U8(L, K3_W_RT_GU_S), K3_F32(L, K3_A_RF32));
-    f32_to_bf16_rows(K3_F32(L, K3_A_RF32), K3_BF(L, K3_A_RGU), (size_t)NB * SH->topk * n);
-}
-static void op_routed_act(struct k3_layer *L)
+static void op_moe_act(struct k3_layer *L)
 {
     k3_situ_cpu(NB * SH->topk, SH->expert_inter, K3_BF(L, K3_A_RGU), SH->situ_beta,
                 SH->situ_linear_beta, K3_BF(L, K3_A_RH));
 }
-static void op_routed_down(struct k3_layer *L)
+/* Grouped MXFP4 down rows; each pair's output, times its routing weight,
+ * accumulates into the float latent sum. */
+static void op_moe_down(struct k3_layer *L)
 {
-    k3_moe_gemv_mxfp4_f32_cpu(NB, SH->topk, SH->latent, SH->expert_inter,
-                              K3_BF(L, K3_A_RH), 1, K3_I32(L, K3_A_IDS),
-                              K3_U8(L, K3_W_RT_DOWN), K3_U8(L, K3_W_RT_DOWN_S),
-                              K3_F32(L, K3_A_RF32));
-    f32_to_bf16_rows(K3_F32(L, K3_A_RF32), K3_BF(L, K3_A_RY),
-                     (size_t)NB * SH->topk * SH->latent);
+    int P = NB * SH->topk, I = SH->expert_inter, Lt = SH->latent;
+    const int32_t *al = K3_I32(L, K3_A_ALIGN);
+    for (int j = 0; j < al[0]; j++) {
+        size_t e = al[1 + j];
+        for (int n = 0; n < Lt; n++) {
+            size_t row = e * Lt + n;
+            for (int q = al[P + 2 + j]; q < al[P + 3 + j]; q++) {
+                int p = al[2 * P + 3 + q], b = p / SH->topk;
+                double v = k3_mxfp4_dot_cpu(K3_BF(L, K3_A_RH) + (size_t)p * I,
+                                            K3_U8(L, K3_W_RT_DOWN) + row * I / 2,
+                                            K3_U8(L, K3_W_RT_DOWN_S) + row * I / K3_MX_GROUP, I);
+                K3_F32(L, K3_A_RACC)[(size_t)b * Lt + n] += (float)(K3_F32(L, K3_A_WTS)[p] * v);
+            }
+        }
+    }
 }
-static void op_routed_combine(struct k3_layer *L)
+/* The reduce-scatter of the partial latent is local on one rank: this
+ * rank up-projects its slice (columns 0..Ls) and adds the shared experts. */
+static void op_moe_combine(struct k3_layer *L)
 {
-    k3_moe_combine_cpu(NB, SH->topk, SH->latent, K3_BF(L, K3_A_RY), K3_F32(L, K3_A_WTS),
-                       K3_BF(L, K3_A_RLAT));
-}
-static void op_latent_out(struct k3_layer *L)
-{
-    k3_gemv_bf16_cpu(NB, SH->hidden, SH->latent, K3_BF(L, K3_A_RLAT),
+    k3_gemv_xf32_cpu(NB, SH->hidden, SH->latent_shard, K3_F32(L, K3_A_RACC), SH->latent,
                      K3_BF(L, K3_W_LAT_OUT), K3_BF(L, K3_A_SHOUT), K3_BF(L, K3_IO_D_OUT));
 }
 
 /* ---- fused path: the C form of each fused kernel --------------------- */
 
-/* 1/rms of a BF16 row (double sum, as the references). */
-static float row_inv_rms(const k3_bf16 *x, int n, float eps)
+/* A projection that normalizes its own input: with x = r (+ d, rounded as
+ * the residual is) and gamma the norm weight, each output is
+ *     inv_rms(x) * sum_k W[n][k] * (x[k] * gamma[k])
+ * so the sum of squares accumulates in the same pass as the dot products
+ * and no normalized copy of the input is stored. */
+struct fnorm {
+    float *xg;  /* [K] x * gamma */
+    float inv;  /* 1 / rms(x) */
+};
+static void fnorm_row(struct fnorm *f, const k3_bf16 *r, const k3_bf16 *d, const float *g,
+                      int K, float eps, k3_bf16 *r_out)
 {
     double ss = 0;
-    for (int i = 0; i < n; i++)
-        ss += (double)BF(x[i]) * BF(x[i]);
-    return (float)(1.0 / sqrt(ss / n + eps));
-}
-
-/* Residual add and RMSNorm recomputed inside a projection kernel: every
- * block of the kernel recomputes the row's norm; the normalized operand is
- * rounded to BF16 as the tensor-core operand is. xn: [n] scratch row. */
-static void fused_norm_row(const k3_bf16 *r, const k3_bf16 *d, const float *w,
-                           int n, float eps, k3_bf16 *r_out, float *xn)
-{
-    double ss = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < K; i++) {
         float v = d ? k3_round_bf16(BF(r[i]) + BF(d[i])) : BF(r[i]);
         if (r_out)
             r_out[i] = k3_f32_to_bf16(v);
-        xn[i] = v;
         ss += (double)v * v;
+        f->xg[i] = v * g[i];
     }
-    float inv = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++)
-        xn[i] = k3_round_bf16(xn[i] * inv * w[i]);
+    f->inv = (float)(1.0 / sqrt(ss / K + eps));
 }
-
-static double dot_f_bf(const float *x, const k3_bf16 *w, int K)
+static float fnorm_dot(const struct fnorm *f, const k3_bf16 *w, int K)
 {
     double s = 0;
     for (int k = 0; k < K; k++)
-        s += (double)x[k] * BF(w[k]);
-    return s;
+        s += (double)f->xg[k] * BF(w[k]);
+    return (float)(s * f->inv);
 }
-
 static float *scratch_row(size_t n)
 {
     float *p = malloc(n * sizeof *p);
     if (!p)
-        abort(); /* C model of a kernel: scratch for one row */
+        abort(); /* the C model of a kernel's registers: one row */
     return p;
 }
 
-static void fop_kda_norm_proj(struct k3_layer *L)
+/* Residual add + norm + every input projection (q|k|v, decay, beta and
+ * output gate) in one pass over the weights. */
+static void fop_kda_in_proj(struct k3_layer *L)
 {
     int H = SH->hidden, nq = 3 * k3_kda_hd(SH), ng = k3_kda_gw(SH);
-    float *xn = scratch_row(H);
+    struct fnorm f = {scratch_row(H), 0};
     for (int b = 0; b < NB; b++) {
-        fused_norm_row(K3_BF(L, K3_IO_R_IN) + (size_t)b * H, K3_BF(L, K3_IO_D_IN) + (size_t)b * H,
-                       K3_F32(L, K3_W_ATTN_NORM), H, SH->eps,
-                       K3_BF(L, K3_IO_R_OUT) + (size_t)b * H, xn);
-        for (int n = 0; n < nq + ng; n++) {
-            const k3_bf16 *w = n < nq ? K3_BF(L, K3_W_KDA_QKV) + (size_t)n * H
-                                      : K3_BF(L, K3_W_KDA_GATE) + (size_t)(n - nq) * H;
-            k3_bf16 v = k3_f32_to_bf16((float)dot_f_bf(xn, w, H));
-            if (n < nq)
-                K3_BF(L, K3_A_QKV)[(size_t)b * nq + n] = v;
-            else
-                K3_BF(L, K3_A_GP)[(size_t)b * ng + n - nq] = v;
-        }
+        fnorm_row(&f, K3_BF(L, K3_IO_R_IN) + (size_t)b * H, K3_BF(L, K3_IO_D_IN) + (size_t)b * H,
+                  K3_F32(L, K3_W_ATTN_NORM), H, SH->eps, K3_BF(L, K3_IO_R_OUT) + (size_t)b * H);
+        for (int n = 0; n < nq; n++)
+            K3_BF(L, K3_A_QKV)[(size_t)b * nq + n] =
+                k3_f32_to_bf16(fnorm_dot(&f, K3_BF(L, K3_W_KDA_QKV) + (size_t)n * H, H));
+        for (int n = 0; n < ng; n++)
+            K3_BF(L, K3_A_GP)[(size_t)b * ng + n] =
+                k3_f32_to_bf16(fnorm_dot(&f, K3_BF(L, K3_W_KDA_GATE) + (size_t)n * H, H));
     }
-    free(xn);
+    free(f.xg);
 }
 
-/* Convolution, gates, L2 norms, delta rule and gated output norm for one
- * (sequence, head), intermediates kept in float. */
-static void fop_kda_mix(struct k3_layer *L)
+/* Short convolution + SiLU and the decay/beta activations in one kernel. */
+static void fop_kda_conv_gate(struct k3_layer *L)
 {
     int nh = SH->kda_heads, d = SH->head_dim, hd = nh * d, gw = k3_kda_gw(SH);
     int W = SH->conv, hist = W - 1;
-    float q[128], k[128], v[128], u[128], o[128];
-    for (int b = 0; b < NB; b++)
+    for (int b = 0; b < NB; b++) {
+        for (int c = 0; c < 3 * hd; c++) {
+            float *st = K3_F32(L, K3_S_KDA_CONV) + ((size_t)b * 3 * hd + c) * hist;
+            const float *wc = K3_F32(L, K3_W_KDA_CONV) + (size_t)c * W;
+            float x = BF(K3_BF(L, K3_A_QKV)[(size_t)b * 3 * hd + c]);
+            float acc = wc[hist] * x;
+            for (int t = 0; t < hist; t++)
+                acc += wc[t] * st[t];
+            for (int t = 0; t + 1 < hist; t++)
+                st[t] = st[t + 1];
+            st[hist - 1] = x;
+            K3_BF(L, K3_A_QKVC)[(size_t)b * 3 * hd + c] = k3_f32_to_bf16(acc * k3_sigmoid(acc));
+        }
+        const k3_bf16 *gp = K3_BF(L, K3_A_GP) + (size_t)b * gw;
         for (int h = 0; h < nh; h++) {
-            float *part[3] = {q, k, v};
-            const k3_bf16 *gp = K3_BF(L, K3_A_GP) + (size_t)b * gw;
-            for (int p = 0; p < 3; p++)
-                for (int i = 0; i < d; i++) {
-                    int c = p * hd + h * d + i;
-                    float *st = K3_F32(L, K3_S_KDA_CONV) + ((size_t)b * 3 * hd + c) * hist;
-                    const float *wc = K3_F32(L, K3_W_KDA_CONV) + (size_t)c * W;
-                    float x = BF(K3_BF(L, K3_A_QKV)[(size_t)b * 3 * hd + c]);
-                    double acc = (double)wc[hist] * x;
-                    for (int t = 0; t < hist; t++)
-                        acc += (double)wc[t] * st[t];
-                    for (int t = 0; t + 1 < hist; t++)
-                        st[t] = st[t + 1];
-                    st[hist - 1] = x;
-                    float y = (float)acc;
-                    part[p][i] = y * k3_sigmoid(y);
-                }
-            double qs = 0, ks = 0;
-            for (int i = 0; i < d; i++) {
-                qs += (double)q[i] * q[i];
-                ks += (double)k[i] * k[i];
-            }
-            float qn = (float)(1.0 / sqrt(qs + 1e-6) / sqrt((double)d));
-            float kn = (float)(1.0 / sqrt(ks + 1e-6));
-            float bt = k3_sigmoid(BF(gp[hd + h]));
             float a_scale = expf(K3_F32(L, K3_W_KDA_ALOG)[h]);
-            float *S = K3_F32(L, K3_S_KDA_STATE) + ((size_t)b * nh + h) * d * d;
             for (int i = 0; i < d; i++) {
                 int c = h * d + i;
-                float g = SH->gate_lower *
-                          k3_sigmoid(a_scale * (BF(gp[c]) + K3_F32(L, K3_W_KDA_DTB)[c]));
-                float a = expf(g);
-                for (int j = 0; j < d; j++)
-                    S[i * d + j] *= a;
+                K3_F32(L, K3_A_G)[(size_t)b * hd + c] =
+                    SH->gate_lower *
+                    k3_sigmoid(a_scale * (BF(gp[c]) + K3_F32(L, K3_W_KDA_DTB)[c]));
             }
-            for (int j = 0; j < d; j++) {
-                double s = 0;
-                for (int i = 0; i < d; i++)
-                    s += (double)S[i * d + j] * k[i] * kn;
-                u[j] = (float)(v[j] - s);
-            }
-            for (int i = 0; i < d; i++)
-                for (int j = 0; j < d; j++)
-                    S[i * d + j] = (float)(S[i * d + j] + (double)bt * k[i] * kn * u[j]);
-            double os = 0;
-            for (int j = 0; j < d; j++) {
-                double s = 0;
-                for (int i = 0; i < d; i++)
-                    s += (double)S[i * d + j] * q[i] * qn;
-                o[j] = (float)s;
-                os += s * s;
-            }
-            float inv = (float)(1.0 / sqrt(os / d + SH->eps));
-            for (int j = 0; j < d; j++) {
-                float gt = BF(gp[hd + nh + h * d + j]);
-                K3_BF(L, K3_A_ON)[(size_t)b * hd + h * d + j] = k3_f32_to_bf16(
-                    o[j] * inv * K3_F32(L, K3_W_KDA_ONORM)[j] * k3_sigmoid(gt));
-            }
+            K3_F32(L, K3_A_BETA)[(size_t)b * nh + h] = k3_sigmoid(BF(gp[hd + h]));
         }
+    }
 }
 
-static void fop_mla_norm_a_proj(struct k3_layer *L)
+static void fop_mla_in_proj(struct k3_layer *L)
 {
     int H = SH->hidden, aw = k3_mla_aw(SH);
-    float *xn = scratch_row(H);
+    struct fnorm f = {scratch_row(H), 0};
     for (int b = 0; b < NB; b++) {
-        fused_norm_row(K3_BF(L, K3_IO_R_IN) + (size_t)b * H, K3_BF(L, K3_IO_D_IN) + (size_t)b * H,
-                       K3_F32(L, K3_W_ATTN_NORM), H, SH->eps,
-                       K3_BF(L, K3_IO_R_OUT) + (size_t)b * H, xn);
+        fnorm_row(&f, K3_BF(L, K3_IO_R_IN) + (size_t)b * H, K3_BF(L, K3_IO_D_IN) + (size_t)b * H,
+                  K3_F32(L, K3_W_ATTN_NORM), H, SH->eps, K3_BF(L, K3_IO_R_OUT) + (size_t)b * H);
         for (int n = 0; n < aw; n++)
-            K3_BF(L, K3_A_MA)[(size_t)b * aw + n] = k3_f32_to_bf16(
-                (float)dot_f_bf(xn, K3_BF(L, K3_W_MLA_A) + (size_t)n * H, H));
+            K3_BF(L, K3_A_MA)[(size_t)b * aw + n] =
+                k3_f32_to_bf16(fnorm_dot(&f, K3_BF(L, K3_W_MLA_A) + (size_t)n * H, H));
     }
-    free(xn);
+    free(f.xg);
 }
 
-/* q norm + q_b projection + W_uk absorption per head; the kv part of the
- * same kernel normalizes the new latent row and writes the FP8 cache. */
-static void fop_mla_q_absorb_cache(struct k3_layer *L)
+/* q norm + q_b projection; the same kernel's cache blocks normalize the
+ * new latent row and store it as FP8 directly (no BF16 copy). */
+static void fop_mla_q_b_proj_rope(struct k3_layer *L)
 {
-    int aw = k3_mla_aw(SH), ql = SH->q_lora, qw = k3_mla_qw(SH), kv = SH->kv_lora;
-    int mh = SH->mla_heads;
-    float *qa = scratch_row(ql);
-    float qh[512];
+    int aw = k3_mla_aw(SH), ql = SH->q_lora, n = SH->mla_heads * k3_mla_qw(SH);
+    struct fnorm f = {scratch_row(ql), 0};
     for (int b = 0; b < NB; b++) {
-        const k3_bf16 *ma = K3_BF(L, K3_A_MA) + (size_t)b * aw;
-        float inv = row_inv_rms(ma, ql, SH->eps);
-        for (int i = 0; i < ql; i++)
-            qa[i] = k3_round_bf16(BF(ma[i]) * inv * K3_F32(L, K3_W_MLA_QNORM)[i]);
-        for (int h = 0; h < mh; h++) {
-            for (int j = 0; j < qw; j++) {
-                int row = h * qw + j;
-                qh[j] = k3_round_bf16(
-                    (float)dot_f_bf(qa, K3_BF(L, K3_W_MLA_QB) + (size_t)row * ql, ql));
-                K3_BF(L, K3_A_QB)[(size_t)b * mh * qw + row] = k3_f32_to_bf16(qh[j]);
-            }
-            for (int c = 0; c < kv; c++)
-                K3_BF(L, K3_A_QLAT)[((size_t)b * mh + h) * kv + c] = k3_f32_to_bf16((float)dot_f_bf(
-                    qh, K3_BF(L, K3_W_MLA_UK) + ((size_t)h * kv + c) * SH->nope, SH->nope));
-        }
+        fnorm_row(&f, K3_BF(L, K3_A_MA) + (size_t)b * aw, NULL, K3_F32(L, K3_W_MLA_QNORM), ql,
+                  SH->eps, NULL);
+        for (int j = 0; j < n; j++)
+            K3_BF(L, K3_A_QB)[(size_t)b * n + j] =
+                k3_f32_to_bf16(fnorm_dot(&f, K3_BF(L, K3_W_MLA_QB) + (size_t)j * ql, ql));
     }
-    free(qa);
-    op_mla_kv_cache(L); /* the kernel's cache-writing blocks: same arithmetic */
+    free(f.xg);
+    k3_mla_kv_cache_cpu(NB, SH->kv_lora, SH->rope, K3_BF(L, K3_A_MA), aw, mla_kv_off(SH),
+                        K3_F32(L, K3_W_MLA_KVNORM), SH->eps, K3_U8(L, K3_S_MLA_CACHE),
+                        SH->ctx_max, K3_I32(L, K3_S_MLA_POS));
 }
 
-static void fop_mla_attn_v_up(struct k3_layer *L)
+/* W_uk absorption in the attention kernel's prologue (the absorbed query
+ * stays in float), then decode attention over the FP8 cache. */
+static void fop_mla_attention(struct k3_layer *L)
 {
     int mh = SH->mla_heads, kv = SH->kv_lora, rope = SH->rope, qw = k3_mla_qw(SH);
-    int row_w = kv + rope, aw = k3_mla_aw(SH), v = SH->v_head;
-    float scale = mla_scale(SH);
+    int row_w = kv + rope;
+    float scale = mla_scale(SH), ql[1024];
     double acc[1024];
-    float ol[1024];
     for (int b = 0; b < NB; b++) {
         int pos = K3_I32(L, K3_S_MLA_POS)[b];
         for (int h = 0; h < mh; h++) {
-            const k3_bf16 *ql = K3_BF(L, K3_A_QLAT) + ((size_t)b * mh + h) * kv;
-            const k3_bf16 *qr = K3_BF(L, K3_A_QB) + (size_t)b * mh * qw + h * qw + SH->nope;
-            double m = -INFINITY, l = 0;
-            for (int c = 0; c < kv; c++)
+            const k3_bf16 *qb = K3_BF(L, K3_A_QB) + (size_t)b * mh * qw + h * qw;
+            for (int c = 0; c < kv; c++) {
+                const k3_bf16 *w = K3_BF(L, K3_W_MLA_UK) + ((size_t)h * kv + c) * SH->nope;
+                double s = 0;
+                for (int i = 0; i < SH->nope; i++)
+                    s += (double)BF(w[i]) * BF(qb[i]);
+                ql[c] = (float)s;
                 acc[c] = 0;
+            }
+            double m = -INFINITY, l = 0;
             for (int t = 0; t <= pos; t++) {
                 const uint8_t *row =
                     K3_U8(L, K3_S_MLA_CACHE) + ((size_t)b * SH->ctx_max + t) * row_w;
                 double s = 0;
                 for (int c = 0; c < kv; c++)
-                    s += (double)BF(ql[c]) * k3_fp8_to_f32(row[c]);
+                    s += (double)ql[c] * k3_fp8_to_f32(row[c]);
                 for (int j = 0; j < rope; j++)
-                    s += (double)BF(qr[j]) * k3_fp8_to_f32(row[kv + j]);
+                    s += (double)BF(qb[SH->nope + j]) * k3_fp8_to_f32(row[kv + j]);
                 s *= scale;
                 double mn = s > m ? s : m, corr = exp(m - mn), p = exp(s - mn);
                 l = l * corr + p;
@@ -763,23 +782,25 @@ static void fop_mla_attn_v_up(struct k3_layer *L)
                 m = mn;
             }
             for (int c = 0; c < kv; c++)
-                ol[c] = k3_round_bf16((float)(acc[c] / l));
-            for (int j = 0; j < v; j++) {
-                const k3_bf16 *w = K3_BF(L, K3_W_MLA_UV) + ((size_t)h * v + j) * kv;
-                float gt = BF(K3_BF(L, K3_A_MA)[(size_t)b * aw + mla_gate_off(SH) + h * v + j]);
-                K3_BF(L, K3_A_O)[(size_t)b * mh * v + h * v + j] =
-                    k3_f32_to_bf16((float)dot_f_bf(ol, w, kv) * k3_sigmoid(gt));
-            }
+                K3_BF(L, K3_A_OLAT)[((size_t)b * mh + h) * kv + c] =
+                    k3_f32_to_bf16((float)(acc[c] / l));
         }
     }
 }
 
+static void fop_mla_v_up_gate(struct k3_layer *L)
+{
+    k3_mla_vup_cpu(NB, SH->mla_heads, SH->kv_lora, SH->v_head, K3_BF(L, K3_A_OLAT),
+                   K3_BF(L, K3_W_MLA_UV), K3_BF(L, K3_A_MA) + mla_gate_off(SH), k3_mla_aw(SH),
+                   K3_BF(L, K3_A_O));
+}
+
 /* Output projection + reduction + residual: each rank's partial is
  * exchanged in BF16 (rounded here), summed and added to the residual. */
-static void fop_o_proj_residual(struct k3_layer *L)
+static void fop_o_proj_ar_residual(struct k3_layer *L)
 {
     int H = SH->hidden, K = k3_attn_width(SH, L->kind);
-    const k3_bf16 *in = L->kind == K3_KDA ? K3_BF(L, K3_A_ON) : K3_BF(L, K3_A_O);
+    const k3_bf16 *in = attn_out(L);
     for (int b = 0; b < NB; b++)
         for (int n = 0; n < H; n++) {
             double s = 0;
@@ -790,189 +811,223 @@ static void fop_o_proj_residual(struct k3_layer *L)
         }
 }
 
-/* Router part 1 (logits) and the latent down-projection share one pass
- * over the normalized input. */
-static void fop_router_latent_in(struct k3_layer *L)
+/* Router part 1: logits of the normalized residual (norm in the kernel). */
+static void fop_router_gemm(struct k3_layer *L)
 {
-    int H = SH->hidden, E = SH->experts, Lt = SH->latent;
-    float *xn = scratch_row(H);
+    int H = SH->hidden, E = SH->experts;
+    struct fnorm f = {scratch_row(H), 0};
     for (int b = 0; b < NB; b++) {
-        fused_norm_row(K3_BF(L, K3_IO_R_OUT) + (size_t)b * H, NULL, K3_F32(L, K3_W_MOE_NORM),
-                       H, SH->eps, NULL, xn);
-        for (int n = 0; n < E + Lt; n++) {
-            if (n < E)
-                K3_F32(L, K3_A_LOGITS)[(size_t)b * E + n] =
-                    (float)dot_f_bf(xn, K3_BF(L, K3_W_ROUTER) + (size_t)n * H, H);
-            else
-                K3_BF(L, K3_A_LAT)[(size_t)b * Lt + n - E] = k3_f32_to_bf16(
-                    (float)dot_f_bf(xn, K3_BF(L, K3_W_LAT_IN) + (size_t)(n - E) * H, H));
-        }
+        fnorm_row(&f, K3_BF(L, K3_IO_R_OUT) + (size_t)b * H, NULL, K3_F32(L, K3_W_MOE_NORM), H,
+                  SH->eps, NULL);
+        for (int n = 0; n < E; n++)
+            K3_F32(L, K3_A_LOGITS)[(size_t)b * E + n] =
+                fnorm_dot(&f, K3_BF(L, K3_W_ROUTER) + (size_t)n * H, H);
     }
-    free(xn);
+    free(f.xg);
 }
 
 static void fop_shared_gate_up_act(struct k3_layer *L)
 {
     int H = SH->hidden, SI = SH->shared_inter;
-    float *xn = scratch_row(H);
+    struct fnorm f = {scratch_row(H), 0};
     for (int b = 0; b < NB; b++) {
-        fused_norm_row(K3_BF(L, K3_IO_R_OUT) + (size_t)b * H, NULL, K3_F32(L, K3_W_MOE_NORM),
-                       H, SH->eps, NULL, xn);
+        fnorm_row(&f, K3_BF(L, K3_IO_R_OUT) + (size_t)b * H, NULL, K3_F32(L, K3_W_MOE_NORM), H,
+                  SH->eps, NULL);
         for (int j = 0; j < SI; j++) {
-            float g = (float)dot_f_bf(xn, K3_BF(L, K3_W_SH_GU) + (size_t)j * H, H);
-            float u = (float)dot_f_bf(xn, K3_BF(L, K3_W_SH_GU) + (size_t)(SI + j) * H, H);
+            float g = fnorm_dot(&f, K3_BF(L, K3_W_SH_GU) + (size_t)j * H, H);
+            float u = fnorm_dot(&f, K3_BF(L, K3_W_SH_GU) + (size_t)(SI + j) * H, H);
             K3_BF(L, K3_A_SHH)[(size_t)b * SI + j] =
                 k3_f32_to_bf16(k3_situ(g, u, SH->situ_beta, SH->situ_linear_beta));
         }
     }
-    free(xn);
+    free(f.xg);
 }
 
-static double dot_mxfp4(const float *x, const uint8_t *w, const uint8_t *sc, int K)
+static void fop_moe_latent_down(struct k3_layer *L)
+{
+    int H = SH->hidden, Ls = SH->latent_shard;
+    struct fnorm f = {scratch_row(H), 0};
+    for (int b = 0; b < NB; b++) {
+        fnorm_row(&f, K3_BF(L, K3_IO_R_OUT) + (size_t)b * H, NULL, K3_F32(L, K3_W_MOE_NORM), H,
+                  SH->eps, NULL);
+        for (int n = 0; n < Ls; n++)
+            K3_BF(L, K3_A_LAT)[(size_t)b * SH->latent + n] =
+                k3_f32_to_bf16(fnorm_dot(&f, K3_BF(L, K3_W_LAT_IN) + (size_t)n * H, H));
+    }
+    free(f.xg);
+}
+
+static float fmx_dot(const struct fnorm *f, const uint8_t *w, const uint8_t *sc, int K)
 {
     double acc = 0;
     for (int g = 0; g < K / K3_MX_GROUP; g++) {
         double part = 0;
         for (int j = g * K3_MX_GROUP; j < (g + 1) * K3_MX_GROUP; j++)
-            part += (double)k3_e2m1_to_f32((w[j / 2] >> ((j & 1) * 4)) & 15u) * x[j];
+            part += (double)k3_e2m1_to_f32((w[j / 2] >> ((j & 1) * 4)) & 15u) * f->xg[j];
         acc += part * k3_e8m0_to_f32(sc[g]);
     }
-    return acc;
+    return (float)(acc * f->inv);
 }
 
-/* Router part 2 (top-k) in the prologue, latent norm, MXFP4 gate and up
- * rows of each chosen expert, SiTU in the epilogue. */
-static void fop_routed_gate_up_act(struct k3_layer *L)
+/* Latent norm in the prologue, MXFP4 gate and up rows of each chosen
+ * expert, SiTU in the epilogue; the grouping by expert happens inside the
+ * kernel (no align kernel), which also clears the routed accumulator. */
+static void fop_moe_gate_up_act(struct k3_layer *L)
 {
     int Lt = SH->latent, I = SH->expert_inter, k = SH->topk;
-    op_router_topk(L);
-    float *xl = scratch_row(Lt);
+    struct fnorm f = {scratch_row(Lt), 0};
+    memset(K3_F32(L, K3_A_RACC), 0, L->t[K3_A_RACC].count * 4);
     for (int b = 0; b < NB; b++) {
-        const k3_bf16 *lat = K3_BF(L, K3_A_LAT) + (size_t)b * Lt;
-        float inv = row_inv_rms(lat, Lt, SH->eps);
-        for (int i = 0; i < Lt; i++)
-            xl[i] = k3_round_bf16(BF(lat[i]) * inv * K3_F32(L, K3_W_LAT_NORM)[i]);
+        fnorm_row(&f, K3_BF(L, K3_A_LAT) + (size_t)b * Lt, NULL, K3_F32(L, K3_W_LAT_NORM), Lt,
+                  SH->eps, NULL);
         for (int s = 0; s < k; s++) {
             size_t e = K3_I32(L, K3_A_IDS)[(size_t)b * k + s];
             for (int j = 0; j < I; j++) {
-                size_t rg = e * 2 * I + j, ru = e * 2 * I + I + j;
-                float g = (float)dot_mxfp4(xl, K3_U8(L, K3_W_RT_GU) + rg * Lt / 2,
-                                           K3_U8(L, K3_W_RT_GU_S) + rg * Lt / K3_MX_GROUP, Lt);
-                float u = (float)dot_mxfp4(xl, K3_U8(L, K3_W_RT_GU) + ru * Lt / 2,
-                                           K3_U8(L, K3_W_RT_GU_S) + ru * Lt / K3_MX_GROUP, Lt);
+                size_t rg = e * 2 * I + j, ru = rg + I;
+                float g = fmx_dot(&f, K3_U8(L, K3_W_RT_GU) + rg * Lt / 2,
+                                  K3_U8(L, K3_W_RT_GU_S) + rg * Lt / K3_MX_GROUP, Lt);
+                float u = fmx_dot(&f, K3_U8(L, K3_W_RT_GU) + ru * Lt / 2,
+                                  K3_U8(L, K3_W_RT_GU_S) + ru * Lt / K3_MX_GROUP, Lt);
                 K3_BF(L, K3_A_RH)[((size_t)b * k + s) * I + j] =
                     k3_f32_to_bf16(k3_situ(g, u, SH->situ_beta, SH->situ_linear_beta));
             }
         }
     }
-    free(xl);
+    free(f.xg);
 }
 
-/* MXFP4 down rows of every chosen expert, weighted and summed over the
- * top-k in float before the single BF16 rounding. */
-static void fop_routed_down_combine(struct k3_layer *L)
+static void fop_moe_down(struct k3_layer *L)
 {
     int Lt = SH->latent, I = SH->expert_inter, k = SH->topk;
-    float h[4096];
     for (int b = 0; b < NB; b++)
-        for (int n = 0; n < Lt; n++) {
-            double acc = 0;
-            for (int s = 0; s < k; s++) {
-                size_t e = K3_I32(L, K3_A_IDS)[(size_t)b * k + s];
-                const k3_bf16 *hr = K3_BF(L, K3_A_RH) + ((size_t)b * k + s) * I;
-                for (int j = 0; j < I; j++)
-                    h[j] = BF(hr[j]);
+        for (int s = 0; s < k; s++) {
+            size_t p = (size_t)b * k + s, e = K3_I32(L, K3_A_IDS)[p];
+            for (int n = 0; n < Lt; n++) {
                 size_t row = e * Lt + n;
-                acc += K3_F32(L, K3_A_WTS)[(size_t)b * k + s] *
-                       dot_mxfp4(h, K3_U8(L, K3_W_RT_DOWN) + row * I / 2,
-                                 K3_U8(L, K3_W_RT_DOWN_S) + row * I / K3_MX_GROUP, I);
+                double v = k3_mxfp4_dot_cpu(K3_BF(L, K3_A_RH) + p * I,
+                                            K3_U8(L, K3_W_RT_DOWN) + row * I / 2,
+                                            K3_U8(L, K3_W_RT_DOWN_S) + row * I / K3_MX_GROUP, I);
+                K3_F32(L, K3_A_RACC)[(size_t)b * Lt + n] += (float)(K3_F32(L, K3_A_WTS)[p] * v);
             }
-            K3_BF(L, K3_A_RLAT)[(size_t)b * Lt + n] = k3_f32_to_bf16((float)acc);
         }
 }
 
-static void fop_latent_out_shared(struct k3_layer *L) { op_latent_out(L); }
+/* Latent up-projection + shared experts + reduction + residual add. */
+static void fop_moe_combine_ar_residual(struct k3_layer *L)
+{
+    int H = SH->hidden, Ls = SH->latent_shard, Lt = SH->latent;
+    for (int b = 0; b < NB; b++)
+        for (int n = 0; n < H; n++) {
+            double s = 0;
+            for (int j = 0; j < Ls; j++)
+                s += (double)K3_F32(L, K3_A_RACC)[(size_t)b * Lt + j] *
+                     BF(K3_BF(L, K3_W_LAT_OUT)[(size_t)n * Ls + j]);
+            s += BF(K3_BF(L, K3_A_SHOUT)[(size_t)b * H + n]);
+            k3_bf16 *r = K3_BF(L, K3_IO_R_OUT) + (size_t)b * H + n;
+            *r = k3_f32_to_bf16(BF(*r) + k3_round_bf16((float)s));
+        }
+}
 
 /* ---- the tables ------------------------------------------------------ */
 
+#define NO K3_T_COUNT
 static const struct k3_op all_ops[K3_OP_COUNT] = {
-    {K3_OP_ATTN_ADD_NORM, "attn_add_norm", 0, 0, op_attn_add_norm},
-    {K3_OP_KDA_QKV_PROJ, "kda_qkv_proj", 0, 0, op_kda_qkv_proj},
-    {K3_OP_KDA_GATE_PROJ, "kda_gate_proj", 0, 0, op_kda_gate_proj},
-    {K3_OP_KDA_CONV, "kda_conv", 0, 0, op_kda_conv},
-    {K3_OP_KDA_GATES, "kda_gates", 0, 0, op_kda_gates},
-    {K3_OP_KDA_RECURRENT, "kda_recurrent", 0, 0, op_kda_recurrent},
-    {K3_OP_KDA_OUT_NORM, "kda_out_norm", 0, 0, op_kda_out_norm},
-    {K3_OP_MLA_A_PROJ, "mla_a_proj", 0, 0, op_mla_a_proj},
-    {K3_OP_MLA_Q_NORM, "mla_q_norm", 0, 0, op_mla_q_norm},
-    {K3_OP_MLA_KV_CACHE, "mla_kv_cache", 0, 0, op_mla_kv_cache},
-    {K3_OP_MLA_Q_B_PROJ, "mla_q_b_proj", 0, 0, op_mla_q_b_proj},
-    {K3_OP_MLA_Q_ABSORB, "mla_q_absorb", 0, 0, op_mla_q_absorb},
-    {K3_OP_MLA_ATTN, "mla_attn", 0, 0, op_mla_attn},
-    {K3_OP_MLA_V_UP, "mla_v_up", 0, 0, op_mla_v_up},
-    {K3_OP_ATTN_O_PROJ, "attn_o_proj", 0, 0, op_attn_o_proj},
-    {K3_OP_ATTN_ALLREDUCE, "attn_allreduce", 0, 1, op_allreduce_local},
-    {K3_OP_MOE_ADD_NORM, "moe_add_norm", 0, 0, op_moe_add_norm},
-    {K3_OP_ROUTER_GEMV, "router_gemv", 0, 0, op_router_gemv},
-    {K3_OP_ROUTER_TOPK, "router_topk", 0, 0, op_router_topk},
-    {K3_OP_SHARED_GATE_UP, "shared_gate_up", 0, 0, op_shared_gate_up},
-    {K3_OP_SHARED_ACT, "shared_act", 0, 0, op_shared_act},
-    {K3_OP_SHARED_DOWN, "shared_down", 0, 0, op_shared_down},
-    {K3_OP_LATENT_IN, "latent_in", 0, 0, op_latent_in},
-    {K3_OP_LATENT_NORM, "latent_norm", 0, 0, op_latent_norm},
-    {K3_OP_ROUTED_GATE_UP, "routed_gate_up", 0, 0, op_routed_gate_up},
-    {K3_OP_ROUTED_ACT, "routed_act", 0, 0, op_routed_act},
-    {K3_OP_ROUTED_DOWN, "routed_down", 0, 0, op_routed_down},
-    {K3_OP_ROUTED_COMBINE, "routed_combine", 0, 0, op_routed_combine},
-    {K3_OP_LATENT_OUT, "latent_out", 0, 0, op_latent_out},
-    {K3_OP_MOE_ALLREDUCE, "moe_allreduce", 0, 1, op_allreduce_local},
-    {K3_OP_F_KDA_NORM_PROJ, "fused_kda_norm_proj", 0, 0, fop_kda_norm_proj},
-    {K3_OP_F_KDA_MIX, "fused_kda_mix", 0, 0, fop_kda_mix},
-    {K3_OP_F_MLA_NORM_A_PROJ, "fused_mla_norm_a_proj", 0, 0, fop_mla_norm_a_proj},
-    {K3_OP_F_MLA_Q_ABSORB_CACHE, "fused_mla_q_absorb_cache", 0, 0, fop_mla_q_absorb_cache},
-    {K3_OP_F_MLA_ATTN_V_UP, "fused_mla_attn_v_up", 0, 0, fop_mla_attn_v_up},
-    {K3_OP_F_O_PROJ_RESIDUAL, "fused_o_proj_allreduce_residual", 0, 1, fop_o_proj_residual},
-    {K3_OP_F_ROUTER_LATENT_IN, "fused_router_latent_in", 0, 0, fop_router_latent_in},
-    {K3_OP_F_SHARED_GATE_UP_ACT, "fused_shared_gate_up_act", 1, 0, fop_shared_gate_up_act},
-    {K3_OP_F_SHARED_DOWN, "fused_shared_down", 1, 0, op_shared_down},
-    {K3_OP_F_ROUTED_GATE_UP_ACT, "fused_routed_gate_up_act", 0, 0, fop_routed_gate_up_act},
-    {K3_OP_F_ROUTED_DOWN_COMBINE, "fused_routed_down_combine", 0, 0, fop_routed_down_combine},
-    {K3_OP_F_LATENT_OUT_SHARED, "fused_latent_out_shared", 0, 0, fop_latent_out_shared},
-    {K3_OP_F_MOE_ALLREDUCE, "fused_moe_allreduce", 0, 1, op_allreduce_local},
+    {K3_OP_INPUT_NORM, "input_norm", NULL, 0, 0, op_input_norm, {K3_IO_R_OUT, K3_A_XN, NO, NO}},
+    {K3_OP_KDA_QKV_PROJ, "kda_qkv_proj", NULL, 0, 0, op_kda_qkv_proj, {K3_A_QKV, NO, NO, NO}},
+    {K3_OP_KDA_SHORT_CONV, "kda_short_conv", NULL, 0, 0, op_kda_short_conv,
+     {K3_A_QKVC, K3_S_KDA_CONV, NO, NO}},
+    {K3_OP_KDA_GATE_PROJ, "kda_gate_proj", NULL, 0, 0, op_kda_gate_proj, {K3_A_GP, NO, NO, NO}},
+    {K3_OP_KDA_GATE_ACT, "kda_gate_act", NULL, 0, 0, op_kda_gate_act, {K3_A_G, K3_A_BETA, NO, NO}},
+    {K3_OP_KDA_RECURRENT, "kda_recurrent", NULL, 0, 0, op_kda_recurrent,
+     {K3_A_O, K3_S_KDA_STATE, NO, NO}},
+    {K3_OP_KDA_OUT_GATE_PROJ, "kda_out_gate_proj", NULL, 0, 0, op_kda_out_gate_proj,
+     {K3_A_GP, NO, NO, NO}},
+    {K3_OP_KDA_OUT_NORM_GATE, "kda_out_norm_gate", NULL, 0, 0, op_kda_out_norm_gate,
+     {K3_A_ON, NO, NO, NO}},
+    {K3_OP_MLA_QKV_A_PROJ, "mla_qkv_a_proj", NULL, 0, 0, op_mla_qkv_a_proj, {K3_A_MA, NO, NO, NO}},
+    {K3_OP_MLA_QKV_A_NORM, "mla_qkv_a_norm", NULL, 0, 0, op_mla_qkv_a_norm,
+     {K3_A_QAN, K3_A_KVN, NO, NO}},
+    {K3_OP_MLA_Q_B_PROJ, "mla_q_b_proj", NULL, 0, 0, op_mla_q_b_proj, {K3_A_QB, NO, NO, NO}},
+    {K3_OP_MLA_ROPE_CACHE_WRITE, "mla_rope_cache_write", NULL, 0, 0, op_mla_rope_cache_write,
+     {K3_S_MLA_CACHE, NO, NO, NO}},
+    {K3_OP_MLA_Q_ABSORB, "mla_q_absorb", NULL, 0, 0, op_mla_q_absorb, {K3_A_QLAT, NO, NO, NO}},
+    {K3_OP_MLA_ATTENTION, "mla_attention", NULL, 0, 0, op_mla_attention, {K3_A_OLAT, NO, NO, NO}},
+    {K3_OP_MLA_V_UP, "mla_v_up", NULL, 0, 0, op_mla_v_up, {K3_A_O, NO, NO, NO}},
+    {K3_OP_MLA_OUT_GATE, "mla_out_gate", NULL, 0, 0, op_mla_out_gate, {K3_A_O, K3_A_MA, NO, NO}},
+    {K3_OP_ATTN_O_PROJ, "attn_o_proj", NULL, 0, 0, op_attn_o_proj, {K3_A_ATT, NO, NO, NO}},
+    {K3_OP_ATTN_ALLREDUCE, "attn_allreduce", NULL, 0, 1, op_allreduce_local, {NO, NO, NO, NO}},
+    {K3_OP_POST_ATTN_NORM, "post_attn_norm", NULL, 0, 0, op_post_attn_norm,
+     {K3_IO_R_OUT, K3_A_XN2, NO, NO}},
+    {K3_OP_ROUTER_GEMM, "router_gemm", NULL, 0, 0, op_router_gemm, {K3_A_LOGITS, NO, NO, NO}},
+    {K3_OP_ROUTER_TOPK, "router_topk", NULL, 0, 0, op_router_topk, {K3_A_IDS, K3_A_WTS, NO, NO}},
+    {K3_OP_SHARED_GATE_UP, "shared_gate_up", NULL, 0, 0, op_shared_gate_up, {K3_A_SHGU, NO, NO, NO}},
+    {K3_OP_SHARED_ACT, "shared_act", NULL, 0, 0, op_shared_act, {K3_A_SHH, NO, NO, NO}},
+    {K3_OP_SHARED_DOWN, "shared_down", NULL, 0, 0, op_shared_down, {K3_A_SHOUT, NO, NO, NO}},
+    {K3_OP_MOE_LATENT_DOWN, "moe_latent_down", NULL, 0, 0, op_moe_latent_down,
+     {K3_A_LAT, NO, NO, NO}},
+    {K3_OP_MOE_ALIGN, "moe_align", NULL, 0, 0, op_moe_align, {K3_A_LATN, K3_A_ALIGN, NO, NO}},
+    {K3_OP_MOE_GATE_UP, "moe_gate_up", NULL, 0, 0, op_moe_gate_up, {K3_A_RGU, NO, NO, NO}},
+    {K3_OP_MOE_ACT, "moe_act", NULL, 0, 0, op_moe_act, {K3_A_RH, NO, NO, NO}},
+    {K3_OP_MOE_DOWN, "moe_down", NULL, 0, 0, op_moe_down, {K3_A_RACC, NO, NO, NO}},
+    {K3_OP_MOE_COMBINE, "moe_combine", NULL, 0, 0, op_moe_combine, {K3_IO_D_OUT, NO, NO, NO}},
+    {K3_OP_MOE_ALLREDUCE, "moe_allreduce", NULL, 0, 1, op_allreduce_local, {NO, NO, NO, NO}},
+    {K3_OP_F_KDA_IN_PROJ, "kda_in_proj_small", "kda_in_proj_large", 0, 0, fop_kda_in_proj,
+     {K3_IO_R_OUT, K3_A_QKV, K3_A_GP, NO}},
+    {K3_OP_F_KDA_CONV_GATE, "kda_conv_gate", NULL, 0, 0, fop_kda_conv_gate,
+     {K3_A_QKVC, K3_S_KDA_CONV, K3_A_G, K3_A_BETA}},
+    {K3_OP_F_MLA_IN_PROJ, "mla_in_proj_small", "mla_in_proj_large", 0, 0, fop_mla_in_proj,
+     {K3_IO_R_OUT, K3_A_MA, NO, NO}},
+    {K3_OP_F_MLA_Q_B_PROJ_ROPE, "mla_q_b_proj_rope", NULL, 0, 0, fop_mla_q_b_proj_rope,
+     {K3_A_QB, K3_S_MLA_CACHE, NO, NO}},
+    {K3_OP_F_MLA_ATTENTION, "mla_attention", NULL, 0, 0, fop_mla_attention, {K3_A_OLAT, NO, NO, NO}},
+    {K3_OP_F_MLA_V_UP_GATE, "mla_v_up_gate", NULL, 0, 0, fop_mla_v_up_gate, {K3_A_O, NO, NO, NO}},
+    {K3_OP_F_O_PROJ_AR_RESIDUAL, "o_proj_allreduce_residual", NULL, 0, 1, fop_o_proj_ar_residual,
+     {K3_IO_R_OUT, NO, NO, NO}},
+    {K3_OP_F_ROUTER_GEMM, "router_gemm", NULL, 0, 0, fop_router_gemm, {K3_A_LOGITS, NO, NO, NO}},
+    {K3_OP_F_SHARED_GATE_UP_ACT, "shared_gate_up_act", NULL, 1, 0, fop_shared_gate_up_act,
+     {K3_A_SHH, NO, NO, NO}},
+    {K3_OP_F_SHARED_DOWN, "shared_down", NULL, 1, 0, op_shared_down, {K3_A_SHOUT, NO, NO, NO}},
+    {K3_OP_F_MOE_LATENT_DOWN, "moe_latent_down", NULL, 0, 0, fop_moe_latent_down,
+     {K3_A_LAT, NO, NO, NO}},
+    {K3_OP_F_MOE_GATE_UP_ACT, "moe_gate_up_act", NULL, 0, 0, fop_moe_gate_up_act,
+     {K3_A_RH, NO, NO, NO}},
+    {K3_OP_F_MOE_DOWN, "moe_down", NULL, 0, 0, fop_moe_down, {K3_A_RACC, NO, NO, NO}},
+    {K3_OP_F_MOE_COMBINE_AR_RESIDUAL, "moe_combine_allreduce_residual", NULL, 0, 1,
+     fop_moe_combine_ar_residual, {K3_IO_R_OUT, NO, NO, NO}},
 };
+#undef NO
 
 #define OP(id) all_ops[id]
+#define STD_MOE                                                              \
+    OP(K3_OP_POST_ATTN_NORM), OP(K3_OP_ROUTER_GEMM), OP(K3_OP_ROUTER_TOPK),  \
+        OP(K3_OP_SHARED_GATE_UP), OP(K3_OP_SHARED_ACT), OP(K3_OP_SHARED_DOWN), \
+        OP(K3_OP_MOE_LATENT_DOWN), OP(K3_OP_MOE_ALIGN), OP(K3_OP_MOE_GATE_UP), \
+        OP(K3_OP_MOE_ACT), OP(K3_OP_MOE_DOWN), OP(K3_OP_MOE_COMBINE),        \
+        OP(K3_OP_MOE_ALLREDUCE)
+#define FUSED_MOE                                                            \
+    OP(K3_OP_F_ROUTER_GEMM), OP(K3_OP_ROUTER_TOPK),                          \
+        OP(K3_OP_F_SHARED_GATE_UP_ACT), OP(K3_OP_F_SHARED_DOWN),             \
+        OP(K3_OP_F_MOE_LATENT_DOWN), OP(K3_OP_F_MOE_GATE_UP_ACT),            \
+        OP(K3_OP_F_MOE_DOWN), OP(K3_OP_F_MOE_COMBINE_AR_RESIDUAL)
 static const struct k3_op std_kda[] = {
-    OP(K3_OP_ATTN_ADD_NORM), OP(K3_OP_KDA_QKV_PROJ), OP(K3_OP_KDA_GATE_PROJ),
-    OP(K3_OP_KDA_CONV), OP(K3_OP_KDA_GATES), OP(K3_OP_KDA_RECURRENT),
-    OP(K3_OP_KDA_OUT_NORM), OP(K3_OP_ATTN_O_PROJ), OP(K3_OP_ATTN_ALLREDUCE),
-    OP(K3_OP_MOE_ADD_NORM), OP(K3_OP_ROUTER_GEMV), OP(K3_OP_ROUTER_TOPK),
-    OP(K3_OP_SHARED_GATE_UP), OP(K3_OP_SHARED_ACT), OP(K3_OP_SHARED_DOWN),
-    OP(K3_OP_LATENT_IN), OP(K3_OP_LATENT_NORM), OP(K3_OP_ROUTED_GATE_UP),
-    OP(K3_OP_ROUTED_ACT), OP(K3_OP_ROUTED_DOWN), OP(K3_OP_ROUTED_COMBINE),
-    OP(K3_OP_LATENT_OUT), OP(K3_OP_MOE_ALLREDUCE),
+    OP(K3_OP_INPUT_NORM), OP(K3_OP_KDA_QKV_PROJ), OP(K3_OP_KDA_SHORT_CONV),
+    OP(K3_OP_KDA_GATE_PROJ), OP(K3_OP_KDA_GATE_ACT), OP(K3_OP_KDA_RECURRENT),
+    OP(K3_OP_KDA_OUT_GATE_PROJ), OP(K3_OP_KDA_OUT_NORM_GATE), OP(K3_OP_ATTN_O_PROJ),
+    OP(K3_OP_ATTN_ALLREDUCE), STD_MOE,
 };
 static const struct k3_op std_mla[] = {
-    OP(K3_OP_ATTN_ADD_NORM), OP(K3_OP_MLA_A_PROJ), OP(K3_OP_MLA_Q_NORM),
-    OP(K3_OP_MLA_KV_CACHE), OP(K3_OP_MLA_Q_B_PROJ), OP(K3_OP_MLA_Q_ABSORB),
-    OP(K3_OP_MLA_ATTN), OP(K3_OP_MLA_V_UP), OP(K3_OP_ATTN_O_PROJ),
-    OP(K3_OP_ATTN_ALLREDUCE), OP(K3_OP_MOE_ADD_NORM), OP(K3_OP_ROUTER_GEMV),
-    OP(K3_OP_ROUTER_TOPK), OP(K3_OP_SHARED_GATE_UP), OP(K3_OP_SHARED_ACT),
-    OP(K3_OP_SHARED_DOWN), OP(K3_OP_LATENT_IN), OP(K3_OP_LATENT_NORM),
-    OP(K3_OP_ROUTED_GATE_UP), OP(K3_OP_ROUTED_ACT), OP(K3_OP_ROUTED_DOWN),
-    OP(K3_OP_ROUTED_COMBINE), OP(K3_OP_LATENT_OUT), OP(K3_OP_MOE_ALLREDUCE),
+    OP(K3_OP_INPUT_NORM), OP(K3_OP_MLA_QKV_A_PROJ), OP(K3_OP_MLA_QKV_A_NORM),
+    OP(K3_OP_MLA_Q_B_PROJ), OP(K3_OP_MLA_ROPE_CACHE_WRITE), OP(K3_OP_MLA_Q_ABSORB),
+    OP(K3_OP_MLA_ATTENTION), OP(K3_OP_MLA_V_UP), OP(K3_OP_MLA_OUT_GATE),
+    OP(K3_OP_ATTN_O_PROJ), OP(K3_OP_ATTN_ALLREDUCE), STD_MOE,
 };
-#define FUSED_MOE                                                            \
-    OP(K3_OP_F_SHARED_GATE_UP_ACT), OP(K3_OP_F_SHARED_DOWN),                 \
-        OP(K3_OP_F_ROUTER_LATENT_IN), OP(K3_OP_F_ROUTED_GATE_UP_ACT),        \
-        OP(K3_OP_F_ROUTED_DOWN_COMBINE), OP(K3_OP_F_LATENT_OUT_SHARED),      \
-        OP(K3_OP_F_MOE_ALLREDUCE)
 static const struct k3_op fused_kda[] = {
-    OP(K3_OP_F_KDA_NORM_PROJ), OP(K3_OP_F_KDA_MIX), OP(K3_OP_F_O_PROJ_RESIDUAL), FUSED_MOE,
+    OP(K3_OP_F_KDA_IN_PROJ), OP(K3_OP_F_KDA_CONV_GATE), OP(K3_OP_KDA_RECURRENT),
+    OP(K3_OP_KDA_OUT_NORM_GATE), OP(K3_OP_F_O_PROJ_AR_RESIDUAL), FUSED_MOE,
 };
 static const struct k3_op fused_mla[] = {
-    OP(K3_OP_F_MLA_NORM_A_PROJ), OP(K3_OP_F_MLA_Q_ABSORB_CACHE),
-    OP(K3_OP_F_MLA_ATTN_V_UP), OP(K3_OP_F_O_PROJ_RESIDUAL), FUSED_MOE,
+    OP(K3_OP_F_MLA_IN_PROJ), OP(K3_OP_F_MLA_Q_B_PROJ_ROPE), OP(K3_OP_F_MLA_ATTENTION),
+    OP(K3_OP_F_MLA_V_UP_GATE), OP(K3_OP_F_O_PROJ_AR_RESIDUAL), FUSED_MOE,
 };
 
 int k3_path_ops(enum k3_path p, enum k3_kind k, const struct k3_op **ops)
@@ -989,7 +1044,12 @@ int k3_path_ops(enum k3_path p, enum k3_kind k, const struct k3_op **ops)
 
 const struct k3_op *k3_op_by_id(enum k3_op_id id)
 {
-    return id >= 0 && id < K3_OP_COUNT ? &all_ops[id] : NULL;
+    return (int)id >= 0 && id < K3_OP_COUNT ? &all_ops[id] : NULL;
+}
+
+const char *k3_op_name(const struct k3_op *op, int batch)
+{
+    return batch > K3_SMALL_BATCH && op->name_large ? op->name_large : op->name;
 }
 
 void k3_layer_run_cpu(struct k3_layer *L, enum k3_path p)
@@ -1016,70 +1076,70 @@ static double distinct_experts(const struct k3_layer *L)
     return n;
 }
 
-void k3_op_cost(const struct k3_layer *L, enum k3_op_id id, double *bytes,
-                double *flops)
+void k3_op_cost(const struct k3_layer *L, enum k3_op_id id, double *bytes, double *flops)
 {
     const struct k3_shape *s = &L->sh;
     double B = L->batch, H = s->hidden, hd = k3_kda_hd(s), gw = k3_kda_gw(s);
     double aw = k3_mla_aw(s), E = s->experts, k = s->topk, I = s->expert_inter;
-    double SI = s->shared_inter, Lt = s->latent, mh = s->mla_heads;
-    double kv = s->kv_lora, qw = k3_mla_qw(s), d = s->head_dim;
-    double aow = k3_attn_width(s, L->kind), ue = distinct_experts(L);
-    double ctx = 0, row = kv + s->rope;
+    double SI = s->shared_inter, Lt = s->latent, Ls = s->latent_shard, mh = s->mla_heads;
+    double nh = s->kda_heads, kv = s->kv_lora, qw = k3_mla_qw(s), d = s->head_dim;
+    double aow = k3_attn_width(s, L->kind), ue = distinct_experts(L), P = B * k;
+    double ctx = 0, row = kv + s->rope, ga = aw - (s->q_lora + row);
+    double conv_st = B * 3 * hd * (s->conv - 1) * 4 * 2;
     if (L->kind == K3_MLA)
         for (int b = 0; b < L->batch; b++)
             ctx += K3_I32(L, K3_S_MLA_POS)[b] + 1;
-    /* MXFP4: 4.25 bits per weight (a byte of scale per 32). */
-    double fp4 = 0.5 + 1.0 / K3_MX_GROUP;
+    double fp4 = 0.5 + 1.0 / K3_MX_GROUP; /* MXFP4 bytes per weight */
     double by = 0, fl = 0;
-#define GEMV(N, K, wbytes) (by += (N) * (K) * (wbytes) + B * ((K) + (N)) * 2, fl += 2 * B * (N) * (K))
+#define GEMV(N, K, wb) (by += (N) * (K) * (wb) + B * ((K) + (N)) * 2, fl += 2 * B * (N) * (K))
     switch (id) {
-    case K3_OP_ATTN_ADD_NORM: case K3_OP_MOE_ADD_NORM:
-        by = B * H * 2 * 4; fl = 5 * B * H; break;
+    case K3_OP_INPUT_NORM: case K3_OP_POST_ATTN_NORM: by = B * H * 2 * 4; fl = 6 * B * H; break;
     case K3_OP_KDA_QKV_PROJ: GEMV(3 * hd, H, 2); break;
-    case K3_OP_KDA_GATE_PROJ: GEMV(gw, H, 2); break;
-    case K3_OP_F_KDA_NORM_PROJ: GEMV(3 * hd + gw, H, 2); by += B * H * 4; break;
-    case K3_OP_KDA_CONV: by = B * 3 * hd * (2 * 2 + 2 * 4 * (s->conv - 1)); fl = B * 3 * hd * 2 * s->conv; break;
-    case K3_OP_KDA_GATES: by = B * gw * 2 + B * (hd + mh) * 4; fl = B * hd * 10; break;
-    case K3_OP_KDA_RECURRENT: by = B * hd * d * 4 * 2 + B * hd * 4 * 2; fl = B * hd * d * 8; break;
-    case K3_OP_KDA_OUT_NORM: by = B * hd * 2 * 3; fl = B * hd * 8; break;
-    case K3_OP_F_KDA_MIX:
-        by = B * hd * d * 4 * 2 + B * (3 * hd + gw) * 2 + B * hd * 2 + B * 3 * hd * 2 * 4 * (s->conv - 1);
-        fl = B * hd * d * 8 + B * 3 * hd * 2 * s->conv; break;
-    case K3_OP_MLA_A_PROJ: GEMV(aw, H, 2); break;
-    case K3_OP_F_MLA_NORM_A_PROJ: GEMV(aw, H, 2); by += B * H * 4; break;
-    case K3_OP_MLA_Q_NORM: by = B * s->q_lora * 4; fl = 4 * B * s->q_lora; break;
-    case K3_OP_MLA_KV_CACHE: by = B * row * 3; fl = 4 * B * row; break;
+    case K3_OP_KDA_GATE_PROJ: GEMV(hd + nh, H, 2); break;
+    case K3_OP_KDA_OUT_GATE_PROJ: GEMV(hd, H, 2); break;
+    case K3_OP_F_KDA_IN_PROJ: GEMV(3 * hd + gw, H, 2); by += B * H * 4; break;
+    case K3_OP_KDA_SHORT_CONV: by = B * 3 * hd * 4 + conv_st; fl = B * 3 * hd * 2 * s->conv; break;
+    case K3_OP_KDA_GATE_ACT: by = B * (hd + nh) * (2 + 4); fl = B * hd * 10; break;
+    case K3_OP_F_KDA_CONV_GATE:
+        by = B * 3 * hd * 4 + conv_st + B * (hd + nh) * 6; fl = B * 3 * hd * 2 * s->conv; break;
+    case K3_OP_KDA_RECURRENT: by = B * hd * d * 4 * 2 + B * hd * (3 * 2 + 4 + 2); fl = B * hd * d * 8; break;
+    case K3_OP_KDA_OUT_NORM_GATE: by = B * hd * 2 * 3; fl = B * hd * 8; break;
+    case K3_OP_MLA_QKV_A_PROJ: GEMV(aw - ga, H, 2); break;
+    case K3_OP_F_MLA_IN_PROJ: GEMV(aw, H, 2); by += B * H * 4; break;
+    case K3_OP_MLA_QKV_A_NORM: by = B * (s->q_lora + row) * 4; fl = 4 * B * (s->q_lora + row); break;
+    case K3_OP_MLA_ROPE_CACHE_WRITE: by = B * row * 3; fl = B * row; break;
     case K3_OP_MLA_Q_B_PROJ: GEMV(mh * qw, s->q_lora, 2); break;
+    case K3_OP_F_MLA_Q_B_PROJ_ROPE: GEMV(mh * qw, s->q_lora, 2); by += B * row * 3; break;
     case K3_OP_MLA_Q_ABSORB: GEMV(mh * kv, s->nope, 2); break;
-    case K3_OP_F_MLA_Q_ABSORB_CACHE:
-        GEMV(mh * qw, s->q_lora, 2); GEMV(mh * kv, s->nope, 2); by += B * row * 3; break;
-    case K3_OP_MLA_ATTN: by = ctx * row + B * mh * (kv + qw + kv) * 2; fl = 4 * ctx * mh * row; break;
+    case K3_OP_MLA_ATTENTION: by = ctx * row + B * mh * (kv + qw + kv) * 2; fl = 2 * ctx * mh * (row + kv); break;
+    case K3_OP_F_MLA_ATTENTION:
+        by = ctx * row + B * mh * (qw + kv) * 2; fl = 2 * ctx * mh * (row + kv);
+        GEMV(mh * kv, s->nope, 2); break;
     case K3_OP_MLA_V_UP: GEMV(mh * s->v_head, kv, 2); break;
-    case K3_OP_F_MLA_ATTN_V_UP:
-        by = ctx * row + B * mh * (kv + qw) * 2; fl = 4 * ctx * mh * row; GEMV(mh * s->v_head, kv, 2); break;
+    case K3_OP_MLA_OUT_GATE: GEMV(ga, H, 2); by += B * ga * 4; break;
+    case K3_OP_F_MLA_V_UP_GATE: GEMV(mh * s->v_head, kv, 2); by += B * ga * 2; break;
     case K3_OP_ATTN_O_PROJ: GEMV(H, aow, 2); break;
-    case K3_OP_F_O_PROJ_RESIDUAL: GEMV(H, aow, 2); by += B * H * 4; break;
-    case K3_OP_ATTN_ALLREDUCE: case K3_OP_MOE_ALLREDUCE: case K3_OP_F_MOE_ALLREDUCE:
-        by = B * H * 2 * 2; fl = B * H; break;
-    case K3_OP_ROUTER_GEMV: GEMV(E, H, 2); break;
-    case K3_OP_ROUTER_TOPK: by = B * E * 4 + E * 4 + B * k * 8; fl = B * E * (k + 4); break;
+    case K3_OP_F_O_PROJ_AR_RESIDUAL: GEMV(H, aow, 2); by += B * H * 4; break;
+    case K3_OP_ATTN_ALLREDUCE: case K3_OP_MOE_ALLREDUCE: by = B * H * 2 * 2; fl = B * H; break;
+    case K3_OP_ROUTER_GEMM: GEMV(E, H, 2); by += B * E * 2; break;
+    case K3_OP_F_ROUTER_GEMM: GEMV(E, H, 2); by += B * E * 2 + B * H * 4; break;
+    case K3_OP_ROUTER_TOPK: by = B * E * 4 + E * 4 + P * 8; fl = B * E * (k + 4); break;
     case K3_OP_SHARED_GATE_UP: GEMV(2 * SI, H, 2); break;
     case K3_OP_SHARED_ACT: by = B * SI * 2 * 3; fl = B * SI * 10; break;
     case K3_OP_SHARED_DOWN: case K3_OP_F_SHARED_DOWN: GEMV(H, SI, 2); break;
-    case K3_OP_F_SHARED_GATE_UP_ACT: GEMV(2 * SI, H, 2); by += B * H * 2; break;
-    case K3_OP_LATENT_IN: GEMV(Lt, H, 2); break;
-    case K3_OP_F_ROUTER_LATENT_IN: GEMV(E + Lt, H, 2); by += B * H * 2; break;
-    case K3_OP_LATENT_NORM: by = B * Lt * 4; fl = 4 * B * Lt; break;
-    case K3_OP_ROUTED_GATE_UP: case K3_OP_F_ROUTED_GATE_UP_ACT:
-        by = ue * 2 * I * Lt * fp4 + B * Lt * 2 + B * k * 2 * I * 2;
-        fl = 2 * B * k * 2 * I * Lt; break;
-    case K3_OP_ROUTED_ACT: by = B * k * I * 2 * 3; fl = B * k * I * 10; break;
-    case K3_OP_ROUTED_DOWN: case K3_OP_F_ROUTED_DOWN_COMBINE:
-        by = ue * Lt * I * fp4 + B * k * I * 2 + B * k * Lt * 2;
-        fl = 2 * B * k * Lt * I; break;
-    case K3_OP_ROUTED_COMBINE: by = B * k * Lt * 2 + B * Lt * 2; fl = 2 * B * k * Lt; break;
-    case K3_OP_LATENT_OUT: case K3_OP_F_LATENT_OUT_SHARED: GEMV(H, Lt, 2); by += B * H * 2; break;
+    case K3_OP_F_SHARED_GATE_UP_ACT: GEMV(2 * SI, H, 2); by += B * H * 4 - B * SI * 2; break;
+    case K3_OP_MOE_LATENT_DOWN: GEMV(Ls, H, 2); break;
+    case K3_OP_F_MOE_LATENT_DOWN: GEMV(Ls, H, 2); by += B * H * 4; break;
+    case K3_OP_MOE_ALIGN: by = B * Lt * 4 + P * 12 + B * Lt * 4; fl = 4 * B * Lt; break;
+    case K3_OP_MOE_GATE_UP:
+        by = ue * 2 * I * Lt * fp4 + B * Lt * 2 + P * 2 * I * 2; fl = 2 * P * 2 * I * Lt; break;
+    case K3_OP_F_MOE_GATE_UP_ACT:
+        by = ue * 2 * I * Lt * fp4 + B * Lt * 2 + P * I * 2 + B * Lt * 4; fl = 2 * P * 2 * I * Lt; break;
+    case K3_OP_MOE_ACT: by = P * I * 2 * 3; fl = P * I * 10; break;
+    case K3_OP_MOE_DOWN: case K3_OP_F_MOE_DOWN:
+        by = ue * Lt * I * fp4 + P * I * 2 + B * Lt * 4 * 2; fl = 2 * P * Lt * I; break;
+    case K3_OP_MOE_COMBINE: GEMV(H, Ls, 2); by += B * Ls * 2 + B * H * 2; break;
+    case K3_OP_F_MOE_COMBINE_AR_RESIDUAL: GEMV(H, Ls, 2); by += B * Ls * 2 + B * H * 6; break;
     default: break;
     }
 #undef GEMV

@@ -14,9 +14,13 @@
  * 96/tp; attention output projection row-parallel (partial sums reduced);
  * the MLA latent projections (q_a, kv_a) replicated; shared experts and
  * every routed expert split along their intermediate width (3072/tp each);
- * router and the latent-MoE projections (7168 <-> 3584) replicated, their
- * partial outputs summed by the block's reduction. One GPU running tp=8
- * computes one rank's share; the reduction is then a local step.
+ * the router replicated; the latent-MoE projections sharded along the
+ * latent (7168 -> 3584/tp down, 3584/tp -> 7168 up): the latent is
+ * all-gathered before the experts and the experts' partial latent output
+ * reduce-scattered before the up-projection (two small collectives on
+ * B x 3584 values; local steps on one rank), and the up-projection's
+ * partial sums join the block's all-reduce. One GPU running tp=8 computes
+ * one rank's share; its reductions are then local steps.
  */
 #ifndef K3LAYER_H
 #define K3LAYER_H
@@ -49,6 +53,7 @@ struct k3_shape {
     int expert_inter; /* routed expert intermediate on this rank (3072/tp) */
     int shared_inter; /* both shared experts' intermediate on this rank (2*3072/tp) */
     int latent;       /* routed experts' latent width (3584) */
+    int latent_shard; /* latent columns this rank projects (3584/tp) */
     int ctx_max;      /* MLA cache capacity per sequence, tokens */
     float eps;        /* RMSNorm epsilon (1e-5) */
     float situ_beta, situ_linear_beta; /* 4.0, 25.0 */
@@ -80,11 +85,11 @@ enum k3_tid {
     K3_W_ROUTER_BIAS,                       /* f32 [E] selection bias */
     K3_W_SH_GU,                             /* bf16 [2*SI][H]: gate rows then up rows */
     K3_W_SH_DOWN,                           /* bf16 [H][SI] */
-    K3_W_LAT_IN,                            /* bf16 [L][H] */
+    K3_W_LAT_IN,                            /* bf16 [Ls][H] */
     K3_W_LAT_NORM,                          /* f32 [L] */
     K3_W_RT_GU, K3_W_RT_GU_S,               /* mxfp4 [E][2I][L/2], e8m0 [E][2I][L/32] */
     K3_W_RT_DOWN, K3_W_RT_DOWN_S,           /* mxfp4 [E][L][I/2], e8m0 [E][L][I/32] */
-    K3_W_LAT_OUT,                           /* bf16 [H][L] */
+    K3_W_LAT_OUT,                           /* bf16 [H][Ls] */
     /* weights, KDA */
     K3_W_KDA_QKV,                           /* bf16 [3*hd][H] */
     K3_W_KDA_GATE,                          /* bf16 [gw = 2*hd + nh][H] */
@@ -127,12 +132,15 @@ enum k3_tid {
     K3_A_SHGU,                              /* bf16 [B][2*SI] */
     K3_A_SHH,                               /* bf16 [B][SI] */
     K3_A_SHOUT,                             /* bf16 [B][H] */
-    K3_A_LAT, K3_A_LATN,                    /* bf16 [B][L] */
-    K3_A_RGU,                               /* bf16 [B][k][2I] */
-    K3_A_RH,                                /* bf16 [B][k][I] */
-    K3_A_RY,                                /* bf16 [B][k][L] */
-    K3_A_RF32,                              /* f32 [B][k][max(2I, L)] */
-    K3_A_RLAT,                              /* bf16 [B][L] combined routed output */
+    K3_A_LAT,                               /* bf16 [B][L] latent (this rank: cols 0..Ls) */
+    K3_A_LATN,                              /* bf16 [B][L] normalized latent */
+    K3_A_ALIGN,                             /* i32 [3P+3], P = B*k: n_active, experts[P+1],
+                                               offsets[P+1], pairs[P] (b*k+s by expert) */
+    K3_A_RGU,                               /* bf16 [B*k][2I] */
+    K3_A_RF32,                              /* f32 [B*k][2I] (pre-rounding scratch) */
+    K3_A_RH,                                /* bf16 [B*k][I] */
+    K3_A_RACC,                              /* f32 [B][L] weighted routed sum (partial) */
+    K3_A_KVN,                               /* bf16 [B][kv+rope] normalized new latent row */
     K3_T_COUNT
 };
 
@@ -180,41 +188,56 @@ int k3_attn_width(const struct k3_shape *s, enum k3_kind k); /* o_proj input */
 
 /* ---- the two paths --------------------------------------------------- */
 
-/* Operation ids (each is one kernel launch on the GPU). */
+/* Operation ids (each is one kernel launch on the GPU). The names are
+ * the engine's (engine/cost.c, engine/CALIBRATION.md): the same name on
+ * both paths may be a different kernel (the fused path's router GEMM also
+ * normalizes its input, for instance); calibration entries are per path. */
 enum k3_op_id {
-    /* standard path */
-    K3_OP_ATTN_ADD_NORM, K3_OP_KDA_QKV_PROJ, K3_OP_KDA_GATE_PROJ,
-    K3_OP_KDA_CONV, K3_OP_KDA_GATES, K3_OP_KDA_RECURRENT, K3_OP_KDA_OUT_NORM,
-    K3_OP_MLA_A_PROJ, K3_OP_MLA_Q_NORM, K3_OP_MLA_KV_CACHE, K3_OP_MLA_Q_B_PROJ,
-    K3_OP_MLA_Q_ABSORB, K3_OP_MLA_ATTN, K3_OP_MLA_V_UP,
-    K3_OP_ATTN_O_PROJ, K3_OP_ATTN_ALLREDUCE, K3_OP_MOE_ADD_NORM,
-    K3_OP_ROUTER_GEMV, K3_OP_ROUTER_TOPK, K3_OP_SHARED_GATE_UP,
-    K3_OP_SHARED_ACT, K3_OP_SHARED_DOWN, K3_OP_LATENT_IN, K3_OP_LATENT_NORM,
-    K3_OP_ROUTED_GATE_UP, K3_OP_ROUTED_ACT, K3_OP_ROUTED_DOWN,
-    K3_OP_ROUTED_COMBINE, K3_OP_LATENT_OUT, K3_OP_MOE_ALLREDUCE,
-    /* fused path */
-    K3_OP_F_KDA_NORM_PROJ, K3_OP_F_KDA_MIX,
-    K3_OP_F_MLA_NORM_A_PROJ, K3_OP_F_MLA_Q_ABSORB_CACHE, K3_OP_F_MLA_ATTN_V_UP,
-    K3_OP_F_O_PROJ_RESIDUAL, K3_OP_F_ROUTER_LATENT_IN,
-    K3_OP_F_SHARED_GATE_UP_ACT, K3_OP_F_SHARED_DOWN,
-    K3_OP_F_ROUTED_GATE_UP_ACT, K3_OP_F_ROUTED_DOWN_COMBINE,
-    K3_OP_F_LATENT_OUT_SHARED, K3_OP_F_MOE_ALLREDUCE,
+    /* standard path ("auto") */
+    K3_OP_INPUT_NORM, K3_OP_KDA_QKV_PROJ, K3_OP_KDA_SHORT_CONV,
+    K3_OP_KDA_GATE_PROJ, K3_OP_KDA_GATE_ACT, K3_OP_KDA_RECURRENT,
+    K3_OP_KDA_OUT_GATE_PROJ, K3_OP_KDA_OUT_NORM_GATE,
+    K3_OP_MLA_QKV_A_PROJ, K3_OP_MLA_QKV_A_NORM, K3_OP_MLA_Q_B_PROJ,
+    K3_OP_MLA_ROPE_CACHE_WRITE, K3_OP_MLA_Q_ABSORB, K3_OP_MLA_ATTENTION,
+    K3_OP_MLA_V_UP, K3_OP_MLA_OUT_GATE,
+    K3_OP_ATTN_O_PROJ, K3_OP_ATTN_ALLREDUCE, K3_OP_POST_ATTN_NORM,
+    K3_OP_ROUTER_GEMM, K3_OP_ROUTER_TOPK, K3_OP_SHARED_GATE_UP,
+    K3_OP_SHARED_ACT, K3_OP_SHARED_DOWN, K3_OP_MOE_LATENT_DOWN,
+    K3_OP_MOE_ALIGN, K3_OP_MOE_GATE_UP, K3_OP_MOE_ACT, K3_OP_MOE_DOWN,
+    K3_OP_MOE_COMBINE, K3_OP_MOE_ALLREDUCE,
+    /* fused path ("latency_specialized") */
+    K3_OP_F_KDA_IN_PROJ, K3_OP_F_KDA_CONV_GATE,
+    K3_OP_F_MLA_IN_PROJ, K3_OP_F_MLA_Q_B_PROJ_ROPE, K3_OP_F_MLA_ATTENTION,
+    K3_OP_F_MLA_V_UP_GATE, K3_OP_F_O_PROJ_AR_RESIDUAL, K3_OP_F_ROUTER_GEMM,
+    K3_OP_F_SHARED_GATE_UP_ACT, K3_OP_F_SHARED_DOWN, K3_OP_F_MOE_LATENT_DOWN,
+    K3_OP_F_MOE_GATE_UP_ACT, K3_OP_F_MOE_DOWN, K3_OP_F_MOE_COMBINE_AR_RESIDUAL,
     K3_OP_COUNT
 };
 
+#define K3_SMALL_BATCH 16 /* the fused path's small-batch projection variant */
+
 struct k3_op {
     enum k3_op_id id;
-    const char *name;  /* kernel name (the calibration contract) */
-    int side_stream;   /* 1: runs on the side stream, overlapped */
-    int comm;          /* 1: a tensor-parallel reduction (local at tp 1 GPU) */
+    const char *name;       /* kernel name (the calibration contract) */
+    const char *name_large; /* name above K3_SMALL_BATCH, if it differs */
+    int side_stream;        /* 1: runs on the side stream, overlapped */
+    int comm;               /* 1: a tensor-parallel reduction (local on one GPU) */
     void (*cpu)(struct k3_layer *L);
+    enum k3_tid out[4];     /* tensors it writes (K3_T_COUNT: none), the
+                               routed accumulator that some clear aside */
 };
+
+/* The kernel name of an operation at a batch size. */
+const char *k3_op_name(const struct k3_op *op, int batch);
 
 /* The kernel sequence of a path and layer kind; returns its length. */
 int k3_path_ops(enum k3_path p, enum k3_kind k, const struct k3_op **ops);
 const struct k3_op *k3_op_by_id(enum k3_op_id id);
 /* Runs a whole path on the CPU: reads IO_R_IN, IO_D_IN and the state;
- * writes IO_R_OUT, IO_D_OUT, the state and scratch. */
+ * writes the state, scratch, IO_R_OUT and (standard path) IO_D_OUT. The
+ * fused path adds the MoE output to the residual in its last kernel, so
+ * its IO_R_OUT is the standard path's bf16(IO_R_OUT + IO_D_OUT) and it
+ * leaves IO_D_OUT alone. */
 void k3_layer_run_cpu(struct k3_layer *L, enum k3_path p);
 
 /* Bytes an operation must move at least (weights actually read, given

@@ -65,6 +65,32 @@ void k3_gemv_bf16_cpu(int B, int N, int K, const k3_bf16 *x, const k3_bf16 *W,
         }
 }
 
+void k3_gemv_rows_cpu(int B, int n0, int n1, int K, const k3_bf16 *x, int ldx,
+                      const k3_bf16 *W, const k3_bf16 *acc, k3_bf16 *y, int ldy)
+{
+    for (int n = n0; n < n1; n++)
+        for (int b = 0; b < B; b++) {
+            double s = dot_bf16(x + (size_t)b * ldx, W + (size_t)n * K, K);
+            if (acc)
+                s += BF(acc[(size_t)b * ldy + n]);
+            y[(size_t)b * ldy + n] = k3_f32_to_bf16((float)s);
+        }
+}
+
+void k3_gemv_xf32_cpu(int B, int N, int K, const float *x, int ldx,
+                      const k3_bf16 *W, const k3_bf16 *acc, k3_bf16 *y)
+{
+    for (int n = 0; n < N; n++)
+        for (int b = 0; b < B; b++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (double)x[(size_t)b * ldx + k] * BF(W[(size_t)n * K + k]);
+            if (acc)
+                s += BF(acc[(size_t)b * N + n]);
+            y[(size_t)b * N + n] = k3_f32_to_bf16((float)s);
+        }
+}
+
 void k3_kda_conv_cpu(int B, int C, int width, const k3_bf16 *in,
                      const float *w, float *state, k3_bf16 *out)
 {
@@ -248,9 +274,8 @@ void k3_mla_vup_cpu(int B, int H, int kv, int v, const k3_bf16 *o_lat,
             for (int j = 0; j < v; j++) {
                 double s = dot_bf16(W_uv + ((size_t)h * v + j) * kv,
                                     o_lat + ((size_t)b * H + h) * kv, kv);
-                float gt = BF(gate[(size_t)b * gstride + h * v + j]);
-                o[(size_t)b * H * v + h * v + j] =
-                    k3_f32_to_bf16((float)s * k3_sigmoid(gt));
+                float gs = gate ? k3_sigmoid(BF(gate[(size_t)b * gstride + h * v + j])) : 1.0f;
+                o[(size_t)b * H * v + h * v + j] = k3_f32_to_bf16((float)s * gs);
             }
 }
 
@@ -324,16 +349,37 @@ void k3_moe_gemv_mxfp4_f32_cpu(int B, int k, int N, int K, const k3_bf16 *x,
         }
 }
 
-void k3_moe_combine_cpu(int B, int k, int N, const k3_bf16 *y,
-                        const float *wts, k3_bf16 *out)
+double k3_mxfp4_dot_cpu(const k3_bf16 *x, const uint8_t *w, const uint8_t *sc, int K)
 {
-    for (int b = 0; b < B; b++)
-        for (int n = 0; n < N; n++) {
-            double s = 0;
-            for (int j = 0; j < k; j++)
-                s += (double)wts[(size_t)b * k + j] * BF(y[((size_t)b * k + j) * N + n]);
-            out[(size_t)b * N + n] = k3_f32_to_bf16((float)s);
-        }
+    double acc = 0;
+    for (int g = 0; g < K / K3_MX_GROUP; g++) {
+        double part = 0;
+        for (int j = g * K3_MX_GROUP; j < (g + 1) * K3_MX_GROUP; j++)
+            part += (double)k3_e2m1_to_f32((w[j / 2] >> ((j & 1) * 4)) & 15u) * BF(x[j]);
+        acc += part * k3_e8m0_to_f32(sc[g]);
+    }
+    return acc;
+}
+
+void k3_moe_align_cpu(int B, int k, int E, const int32_t *ids, int32_t *align)
+{
+    int P = B * k, n = 0, at = 0;
+    int32_t *experts = align + 1, *offs = align + P + 2, *pairs = align + 2 * P + 3;
+    for (int e = 0; e < E; e++) {
+        int first = 1;
+        for (int p = 0; p < P; p++)
+            if (ids[p] == e) {
+                if (first) {
+                    experts[n] = e;
+                    offs[n] = at;
+                    n++;
+                    first = 0;
+                }
+                pairs[at++] = p;
+            }
+    }
+    offs[n] = at;
+    align[0] = n;
 }
 
 double k3_nmse_f32(const float *a, const float *b, size_t n)

@@ -41,6 +41,15 @@ void k3_gemv_f32_cpu(int B, int N, int K, const k3_bf16 *x, const k3_bf16 *W,
 void k3_gemv_bf16_cpu(int B, int N, int K, const k3_bf16 *x, const k3_bf16 *W,
                       const k3_bf16 *acc, k3_bf16 *y);
 
+/* Rows [n0, n1) of W applied to x rows read at ldx:
+ *   y[b*ldy + n] = bf16((acc ? acc[b*ldy + n] : 0) + sum_k x[b*ldx + k] W[n][k]). */
+void k3_gemv_rows_cpu(int B, int n0, int n1, int K, const k3_bf16 *x, int ldx,
+                      const k3_bf16 *W, const k3_bf16 *acc, k3_bf16 *y, int ldy);
+/* The same with a float input (x: [B][ldx]) and an optional BF16 addend
+ * acc: [B][N]; y: [B][N]. */
+void k3_gemv_xf32_cpu(int B, int N, int K, const float *x, int ldx,
+                      const k3_bf16 *W, const k3_bf16 *acc, k3_bf16 *y);
+
 /* ---- KDA (Kimi Delta Attention) -------------------------------------- */
 
 /* Causal depthwise convolution of width `width` over C channels with the
@@ -101,8 +110,8 @@ void k3_mla_attn_cpu(int B, int H, int nope, int rope, int kv,
                      float scale, k3_bf16 *o_lat);
 
 /* Value up-projection and output gate: o[b][h*v + j] = bf16(sigmoid(gate)
- * * sum_c W_uv[h][j][c] o_lat[b][h][c]); gate rows at gstride.
- * W_uv: [H][v][kv]. */
+ * * sum_c W_uv[h][j][c] o_lat[b][h][c]); gate rows at gstride, or no gate
+ * when gate == NULL. W_uv: [H][v][kv]. */
 void k3_mla_vup_cpu(int B, int H, int kv, int v, const k3_bf16 *o_lat,
                     const k3_bf16 *W_uv, const k3_bf16 *gate, int gstride,
                     k3_bf16 *o);
@@ -131,9 +140,14 @@ void k3_moe_gemv_mxfp4_f32_cpu(int B, int k, int N, int K, const k3_bf16 *x,
                                const uint8_t *W, const uint8_t *scales,
                                float *y);
 
-/* out[b][n] = bf16(sum_s wts[b][s] * y[b][s][n]) (y: [B][k][N] BF16). */
-void k3_moe_combine_cpu(int B, int k, int N, const k3_bf16 *y,
-                        const float *wts, k3_bf16 *out);
+/* One MXFP4 row (K values, K/32 scales) times a BF16 vector, in double. */
+double k3_mxfp4_dot_cpu(const k3_bf16 *x, const uint8_t *w, const uint8_t *sc, int K);
+
+/* Groups the B*k (token, slot) pairs by expert for the grouped expert
+ * kernels: align[0] = n active experts; align[1 + j] = j-th active expert
+ * (ascending); align[P + 2 + j] = offset of its pairs (P + 1 entries);
+ * align[2P + 3 + i] = pairs b*k + s, by expert then by pair index. */
+void k3_moe_align_cpu(int B, int k, int E, const int32_t *ids, int32_t *align);
 
 /* Normalized mean squared error sum (a-b)^2 / sum b^2 (b the reference);
  * NaN anywhere gives +inf. */

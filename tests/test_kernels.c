@@ -145,24 +145,31 @@ static void test_ref_properties(void)
 
 static void test_tables(void)
 {
-    const struct k3_op *ops;
-    int n;
-    n = k3_path_ops(K3_STANDARD, K3_KDA, &ops);
-    CHECKF(n == 23, "standard KDA layer: %d kernels", n);
-    n = k3_path_ops(K3_STANDARD, K3_MLA, &ops);
-    CHECKF(n == 24, "standard MLA layer: %d kernels", n);
-    n = k3_path_ops(K3_FUSED, K3_KDA, &ops);
-    CHECKF(n == 10, "fused KDA layer: %d kernels", n);
-    n = k3_path_ops(K3_FUSED, K3_MLA, &ops);
-    CHECKF(n == 11, "fused MLA layer: %d kernels", n);
-    int unique = 1;
-    for (int i = 0; i < K3_OP_COUNT; i++) {
-        CHECKF(k3_op_by_id((enum k3_op_id)i)->id == i, "op %d table order", i);
-        for (int j = 0; j < i; j++)
-            unique &= strcmp(k3_op_by_id((enum k3_op_id)i)->name,
-                             k3_op_by_id((enum k3_op_id)j)->name) != 0;
-    }
-    CHECK(unique, "kernel names unique");
+    /* The kernel counts of the published per-layer traces: 23 standard,
+     * 13 specialized (calibration.md); MLA's standard list has the output
+     * gate as a 24th. */
+    static const int want[K3_PATH_COUNT][K3_KIND_COUNT] = {{23, 24}, {13, 13}};
+    for (int p = 0; p < K3_PATH_COUNT; p++)
+        for (int k = 0; k < K3_KIND_COUNT; k++) {
+            const struct k3_op *ops;
+            int n = k3_path_ops((enum k3_path)p, (enum k3_kind)k, &ops);
+            CHECKF(n == want[p][k], "%s %s layer: %d kernels", k3_path_name((enum k3_path)p),
+                   k3_kind_name((enum k3_kind)k), n);
+            int unique = 1, side = 0;
+            for (int i = 0; i < n; i++) {
+                side += ops[i].side_stream;
+                for (int j = 0; j < i; j++)
+                    unique &= strcmp(ops[i].name, ops[j].name) != 0;
+            }
+            CHECK(unique, "kernel names unique within a path");
+            CHECKF(side == (p == K3_FUSED ? 2 : 0), "side-stream kernels: %d", side);
+        }
+    for (int i = 0; i < K3_OP_COUNT; i++)
+        CHECKF((int)k3_op_by_id((enum k3_op_id)i)->id == i, "op %d table order", i);
+    const struct k3_op *in = k3_op_by_id(K3_OP_F_KDA_IN_PROJ);
+    CHECK(!strcmp(k3_op_name(in, 16), "kda_in_proj_small") &&
+              !strcmp(k3_op_name(in, 17), "kda_in_proj_large"),
+          "small and large projection variants by batch");
     struct k3_shape s;
     char err[K3_ERR_LEN];
     CHECK(k3_shape_full(&s, 16, 4096, err) == 0, "full shape at tp 16");
@@ -186,7 +193,55 @@ static int has_nan_bf16(const k3_bf16 *p, size_t n)
     return 0;
 }
 
-/* Standard vs fused on one fresh random layer. */
+/* NMSE tolerance of a tensor compared between the paths. */
+static double tolerance(enum k3_tid t)
+{
+    switch (t) {
+    case K3_A_LOGITS: return 1e-5;
+    case K3_A_WTS: return 1e-6;
+    case K3_A_OLAT: return 1e-3;
+    default: return 1e-4;
+    }
+}
+
+/* FP8 cache: rows other than the new token's untouched; the new rows may
+ * differ by one FP8 step where the fused path's float value and the
+ * standard path's BF16 value round to neighbouring codes. */
+static void cmp_cache(const struct k3_layer *F, const struct k3_layer *A)
+{
+    const struct k3_shape *s = &A->sh;
+    const uint8_t *cf = K3_U8(F, K3_S_MLA_CACHE), *ca = K3_U8(A, K3_S_MLA_CACHE);
+    int row_w = s->kv_lora + s->rope, far = 0, other = 0, near = 0;
+    for (int b = 0; b < A->batch; b++)
+        for (int t = 0; t < s->ctx_max; t++)
+            for (int j = 0; j < row_w; j++) {
+                size_t at = ((size_t)b * s->ctx_max + t) * row_w + j;
+                float x = k3_fp8_to_f32(cf[at]), y = k3_fp8_to_f32(ca[at]);
+                if (cf[at] == ca[at])
+                    continue;
+                if (t != K3_I32(A, K3_S_MLA_POS)[b])
+                    other++;
+                else if (fabsf(x - y) > 0.125f * fmaxf(fabsf(x), fabsf(y)) + 1.0f / 512)
+                    far++;
+                else
+                    near++;
+            }
+    CHECKF(other == 0 && far == 0 && near <= A->batch * row_w / 8,
+           "MLA B=%d cache: %d codes off in old rows, %d more than one step, %d one step",
+           A->batch, other, far, near);
+}
+
+static void copy_tensor(struct k3_layer *F, const struct k3_layer *A, enum k3_tid t)
+{
+    memcpy(F->t[t].host, A->t[t].host, A->t[t].count * k3_dtype_size(A->t[t].dtype));
+}
+
+/* Standard vs fused on one fresh random layer. The fused path runs one
+ * kernel at a time; after each, every tensor it wrote is compared with
+ * the standard path's and then replaced by it, so each tolerance is per
+ * operation and each fused kernel starts from the same inputs (the
+ * discrete routing cannot turn a rounding difference into another
+ * expert). Then the fused path runs end to end on its own. */
 static void equivalence_case(enum k3_kind kind, int batch, int ctx, uint64_t seed)
 {
     struct k3_shape s;
@@ -201,74 +256,69 @@ static void equivalence_case(enum k3_kind kind, int batch, int ctx, uint64_t see
     CHECKF(k3_layer_verify(&A, err) == 0, "verify: %s", err);
     k3_layer_clone(&F, &A, err);
     k3_layer_run_cpu(&A, K3_STANDARD);
-    /* The fused path in two halves: attention, then the MoE block from the
-     * standard path's residual, so each half is compared on equal inputs
-     * (the routing is discrete: a rounding apart in its input could choose
-     * another expert on a near tie). */
-    const struct k3_op *ops;
-    int nops = k3_path_ops(K3_FUSED, kind, &ops), i = 0;
-    for (; i < nops && ops[i].id != (int)K3_OP_F_O_PROJ_RESIDUAL; i++)
-        ops[i].cpu(&F);
-    ops[i++].cpu(&F);
-    k3_bf16 *r_fused = malloc((size_t)batch * s.hidden * 2);
-    memcpy(r_fused, K3_BF(&F, K3_IO_R_OUT), (size_t)batch * s.hidden * 2);
-    memcpy(K3_BF(&F, K3_IO_R_OUT), K3_BF(&A, K3_IO_R_OUT), (size_t)batch * s.hidden * 2);
-    for (; i < nops; i++)
-        ops[i].cpu(&F);
-    CHECKF(k3_layer_verify(&A, err) == 0 && k3_layer_verify(&F, err) == 0, "verify after: %s",
-           err);
+    CHECKF(k3_layer_verify(&A, err) == 0, "verify after: %s", err);
     const char *kn = k3_kind_name(kind);
     size_t BH = (size_t)batch * s.hidden;
     CHECKF(!has_nan_bf16(K3_BF(&A, K3_IO_R_OUT), BH) && !has_nan_bf16(K3_BF(&A, K3_IO_D_OUT), BH),
            "%s B=%d standard writes every output", kn, batch);
-    CHECKF(!has_nan_bf16(K3_BF(&F, K3_IO_R_OUT), BH) && !has_nan_bf16(K3_BF(&F, K3_IO_D_OUT), BH),
-           "%s B=%d fused writes every output", kn, batch);
-    /* The residual after attention: one BF16 rounding apart at most. */
-    double e = k3_nmse_bf16(r_fused, K3_BF(&A, K3_IO_R_OUT), BH);
-    CHECKF(e < 1e-4, "%s B=%d residual nmse %.3g", kn, batch, e);
-    free(r_fused);
-    /* Attention output before its projection. */
-    enum k3_tid att = kind == K3_KDA ? K3_A_ON : K3_A_O;
-    e = k3_nmse_bf16(K3_BF(&F, att), K3_BF(&A, att), A.t[att].count);
-    CHECKF(e < 1e-4, "%s B=%d attention output nmse %.3g", kn, batch, e);
-    if (kind == K3_KDA) {
-        e = k3_nmse_f32(K3_F32(&F, K3_S_KDA_STATE), K3_F32(&A, K3_S_KDA_STATE),
-                        A.t[K3_S_KDA_STATE].count);
-        CHECKF(e < 1e-5, "KDA B=%d recurrent state nmse %.3g", batch, e);
-        CHECK(!memcmp(K3_F32(&F, K3_S_KDA_CONV), K3_F32(&A, K3_S_KDA_CONV),
-                      A.t[K3_S_KDA_CONV].count * 4),
-              "KDA conv state identical");
-    } else {
-        CHECK(!memcmp(K3_U8(&F, K3_S_MLA_CACHE), K3_U8(&A, K3_S_MLA_CACHE),
-                      A.t[K3_S_MLA_CACHE].count),
-              "MLA cache identical (new rows written alike)");
-        e = k3_nmse_bf16(K3_BF(&F, K3_A_QLAT), K3_BF(&A, K3_A_QLAT), A.t[K3_A_QLAT].count);
-        CHECKF(e < 1e-5, "MLA B=%d absorbed query nmse %.3g", batch, e);
+    /* The hidden state after the layer: residual + MoE output. */
+    k3_bf16 *h = malloc(BH * 2);
+    for (size_t j = 0; j < BH; j++)
+        h[j] = k3_f32_to_bf16(k3_bf16_to_f32(K3_BF(&A, K3_IO_R_OUT)[j]) +
+                              k3_bf16_to_f32(K3_BF(&A, K3_IO_D_OUT)[j]));
+
+    const struct k3_op *ops;
+    int nops = k3_path_ops(K3_FUSED, kind, &ops);
+    for (int i = 0; i < nops; i++) {
+        ops[i].cpu(&F);
+        for (int j = 0; j < 4 && ops[i].out[j] != K3_T_COUNT; j++) {
+            enum k3_tid t = ops[i].out[j];
+            const char *what = ops[i].name;
+            double e;
+            if (t == K3_IO_R_OUT) {
+                if (ops[i].id == K3_OP_F_O_PROJ_AR_RESIDUAL) {
+                    e = k3_nmse_bf16(K3_BF(&F, t), K3_BF(&A, t), BH);
+                    CHECKF(e < 1e-4, "%s B=%d %s: residual nmse %.3g", kn, batch, what, e);
+                    copy_tensor(&F, &A, t);
+                } else if (ops[i].id == K3_OP_F_MOE_COMBINE_AR_RESIDUAL) {
+                    e = k3_nmse_bf16(K3_BF(&F, t), h, BH);
+                    CHECKF(e < 1e-4, "%s B=%d %s: layer output nmse %.3g", kn, batch, what, e);
+                }
+                continue; /* the input projection's copy of r_in + d_in */
+            }
+            if (t == K3_S_MLA_CACHE) {
+                cmp_cache(&F, &A);
+            } else if (t == K3_A_IDS) {
+                if (memcmp(K3_I32(&F, t), K3_I32(&A, t), A.t[t].count * 4))
+                    fprintf(stderr, "NOTE %s B=%d: a near tie chose another expert\n", kn, batch);
+            } else if (A.t[t].dtype == K3_DT_BF16) {
+                e = k3_nmse_bf16(K3_BF(&F, t), K3_BF(&A, t), A.t[t].count);
+                CHECKF(e < tolerance(t), "%s B=%d %s: %s nmse %.3g (tolerance %g)", kn, batch,
+                       what, A.t[t].name, e, tolerance(t));
+            } else {
+                e = k3_nmse_f32(K3_F32(&F, t), K3_F32(&A, t), A.t[t].count);
+                CHECKF(e < tolerance(t), "%s B=%d %s: %s nmse %.3g (tolerance %g)", kn, batch,
+                       what, A.t[t].name, e, tolerance(t));
+            }
+            copy_tensor(&F, &A, t);
+        }
     }
-    /* MoE: the same routing, then each stage within its tolerance. */
-    e = k3_nmse_f32(K3_F32(&F, K3_A_LOGITS), K3_F32(&A, K3_A_LOGITS), A.t[K3_A_LOGITS].count);
-    CHECKF(e < 1e-6, "%s B=%d router logits nmse %.3g", kn, batch, e);
-    CHECKF(!memcmp(K3_I32(&F, K3_A_IDS), K3_I32(&A, K3_A_IDS), A.t[K3_A_IDS].count * 4),
-           "%s B=%d same experts chosen", kn, batch);
-    e = k3_nmse_f32(K3_F32(&F, K3_A_WTS), K3_F32(&A, K3_A_WTS), A.t[K3_A_WTS].count);
-    CHECKF(e < 1e-10, "%s B=%d routing weights nmse %.3g", kn, batch, e);
-    e = k3_nmse_bf16(K3_BF(&F, K3_A_SHH), K3_BF(&A, K3_A_SHH), A.t[K3_A_SHH].count);
-    CHECKF(e < 1e-4, "%s B=%d shared activation nmse %.3g", kn, batch, e);
-    e = k3_nmse_bf16(K3_BF(&F, K3_A_SHOUT), K3_BF(&A, K3_A_SHOUT), A.t[K3_A_SHOUT].count);
-    CHECKF(e < 1e-4, "%s B=%d shared output nmse %.3g", kn, batch, e);
-    e = k3_nmse_bf16(K3_BF(&F, K3_A_RH), K3_BF(&A, K3_A_RH), A.t[K3_A_RH].count);
-    CHECKF(e < 1e-4, "%s B=%d routed activation nmse %.3g", kn, batch, e);
-    e = k3_nmse_bf16(K3_BF(&F, K3_A_RLAT), K3_BF(&A, K3_A_RLAT), A.t[K3_A_RLAT].count);
-    CHECKF(e < 1e-4, "%s B=%d routed latent nmse %.3g", kn, batch, e);
-    e = k3_nmse_bf16(K3_BF(&F, K3_IO_D_OUT), K3_BF(&A, K3_IO_D_OUT), BH);
-    CHECKF(e < 1e-4, "%s B=%d layer output nmse %.3g", kn, batch, e);
-    /* And the paths are not trivially equal: a different layer differs. */
+    /* The fused path on its own, end to end. */
     struct k3_layer O;
     k3_layer_clone(&O, &A, err);
+    k3_layer_randomize(&O, seed, ctx);
+    k3_layer_run_cpu(&O, K3_FUSED);
+    CHECKF(!has_nan_bf16(K3_BF(&O, K3_IO_R_OUT), BH), "%s B=%d fused writes every output", kn,
+           batch);
+    double e = k3_nmse_bf16(K3_BF(&O, K3_IO_R_OUT), h, BH);
+    if (!memcmp(K3_I32(&O, K3_A_IDS), K3_I32(&A, K3_A_IDS), A.t[K3_A_IDS].count * 4))
+        CHECKF(e < 1e-3, "%s B=%d fused end to end nmse %.3g", kn, batch, e);
+    /* And the comparison has teeth: other weights give other outputs. */
     k3_layer_randomize(&O, seed + 1000003, ctx);
     k3_layer_run_cpu(&O, K3_FUSED);
-    e = k3_nmse_bf16(K3_BF(&O, K3_IO_D_OUT), K3_BF(&A, K3_IO_D_OUT), BH);
-    CHECKF(e > 0.1, "%s B=%d other weights give other outputs (nmse %.3g)", kn, batch, e);
+    e = k3_nmse_bf16(K3_BF(&O, K3_IO_R_OUT), h, BH);
+    CHECKF(e > 1e-2, "%s B=%d other weights give other outputs (nmse %.3g)", kn, batch, e);
+    free(h);
     k3_layer_free(&O);
     k3_layer_free(&A);
     k3_layer_free(&F);
