@@ -496,6 +496,8 @@ static void finish(struct httpd_conn *c)
 
 static void pend_append(struct httpd_conn *c, const char *d, size_t n)
 {
+    if (!n)
+        return;
     if (c->pend_len + n > c->pend_cap) {
         size_t cap = c->pend_cap ? c->pend_cap : 4096;
         while (cap < c->pend_len + n)

@@ -307,10 +307,11 @@ static json_t *usage_json(struct sreq *q)
 static void cancel_cb(struct loop *l, struct loop_timer *t)
 {
     struct sreq *q = t->arg;
+    struct srv *s = q->s;
     if (!q->done) {
-        int fz = sloop_freeze(q->s->tloop);
-        target_cancel(q->s->tg, &q->call);
-        sloop_thaw(q->s->tloop, fz);
+        int fz = sloop_freeze(s->tloop);
+        target_cancel(s->tg, &q->call); /* q may be freed from here on */
+        sloop_thaw(s->tloop, fz);
     }
 }
 
