@@ -558,9 +558,9 @@ static void rearm(struct engine *e)
     loop_at(e->loop, &e->timer, t, on_timer, e);
 }
 
-static void on_timer(struct loop *l, struct loop_timer *t)
+static void on_timer(struct loop *l, struct loop_timer *tm)
 {
-    struct engine *e = t->arg;
+    struct engine *e = tm->arg;
     int64_t now = loop_now(l);
     e->in_fire = true;
     while (e->next_ns[e->heap[0]] <= now) {
