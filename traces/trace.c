@@ -235,9 +235,11 @@ static uint64_t pfx_seed(uint32_t scope) { return hash_mix(0x70726566ULL, scope)
 static void pfx_grow(struct tb *b)
 {
     size_t mask = b->pfx_mask ? 2 * b->pfx_mask + 1 : (1u << 16) - 1;
+    if (mask >= (1u << 30)) /* 32-bit keys: the table stops growing */
+        return;
     struct tb_pfx *tab = xcalloc(mask + 1, sizeof *tab);
     for (size_t i = 0; b->pfx && i <= b->pfx_mask; i++) {
-        uint64_t k = b->pfx[i].key;
+        uint32_t k = b->pfx[i].key;
         if (!k)
             continue;
         size_t j = k & mask;
@@ -255,20 +257,25 @@ void tb_pfx_reserve(struct tb *b, size_t n)
     if (b->pfx)
         return;
     size_t mask = (1u << 16) - 1;
-    while (mask < 2 * n && mask < (1u << 30))
+    while (mask < 2 * n && mask < (1u << 29))
         mask = 2 * mask + 1;
     b->pfx_mask = mask;
     b->pfx = xcalloc(mask + 1, sizeof *b->pfx);
 }
 
-static uint32_t *pfx_slot(struct tb *b, uint64_t k, bool *found)
+/* The entry for key k; when absent, claims a slot for it if insert is set
+ * (else returns NULL). */
+static uint32_t *pfx_slot(struct tb *b, uint32_t k, bool insert, bool *found)
 {
     size_t j = k & b->pfx_mask;
     while (b->pfx[j].key && b->pfx[j].key != k)
         j = (j + 1) & b->pfx_mask;
     *found = b->pfx[j].key == k;
-    if (!*found)
+    if (!*found) {
+        if (!insert)
+            return NULL;
         b->pfx[j].key = k;
+    }
     return &b->pfx[j].call;
 }
 
@@ -329,17 +336,19 @@ uint32_t tb_call(struct tb *b, uint32_t s, const struct trace_call *proto,
         uint32_t best = TRACE_NONE, best_n = 0;
         for (uint32_t i = 0; i < n; i++) {
             h = hash_mix(h, ids[i]);
-            uint64_t k = h ? h : 1;
+            uint32_t k = (uint32_t)(h >> 32) ? (uint32_t)(h >> 32) : 1;
             bool found;
             if (2 * (b->pfx_used + 1) > b->pfx_mask)
                 pfx_grow(b);
-            uint32_t *v = pfx_slot(b, k, &found);
+            /* A full table (over 2^29 prefixes) only answers lookups. */
+            bool room = 2 * (b->pfx_used + 1) <= b->pfx_mask;
+            uint32_t *v = pfx_slot(b, k, room, &found);
             if (found) {
                 if (best_n == i) {
                     best = *v;
                     best_n = i + 1;
                 }
-            } else {
+            } else if (v) {
                 *v = ci;
                 b->pfx_used++;
             }
@@ -649,29 +658,163 @@ static enum trace_format detect(const char *data, size_t len)
     return TRACE_FMT_AUTO;
 }
 
-static int read_one(struct tb *b, enum trace_format f, const char *data, size_t len,
-                    const char *name, bool skip_bad, char *err)
+/* ---- line source ------------------------------------------------------ */
+
+#define LINES_CHUNK (1u << 20)
+
+void tb_lines_mem(struct tb_lines *L, const char *data, size_t len)
 {
-    if (f == TRACE_FMT_AUTO)
-        f = detect(data, len);
+    memset(L, 0, sizeof *L);
+    L->mem = data;
+    L->mem_len = len;
+    L->size_hint = len;
+}
+
+void tb_lines_file(struct tb_lines *L, FILE *f, size_t size_hint)
+{
+    memset(L, 0, sizeof *L);
+    L->f = f;
+    L->size_hint = size_hint;
+}
+
+void tb_lines_free(struct tb_lines *L)
+{
+    free(L->buf);
+    L->buf = NULL;
+}
+
+/* Reads more of the file into the buffer, growing it when it is full. */
+static void lines_fill(struct tb_lines *L)
+{
+    if (L->eof)
+        return;
+    if (L->start > 0) {
+        memmove(L->buf, L->buf + L->start, L->end - L->start);
+        L->end -= L->start;
+        L->start = 0;
+    }
+    if (L->end == L->cap) {
+        L->cap = L->cap ? 2 * L->cap : LINES_CHUNK;
+        L->buf = xrealloc(L->buf, L->cap);
+    }
+    size_t got = fread(L->buf + L->end, 1, L->cap - L->end, L->f);
+    L->end += got;
+    if (got == 0) {
+        L->eof = true;
+        L->error = ferror(L->f) != 0;
+    }
+}
+
+int tb_lines_next(struct tb_lines *L, const char **line, size_t *n)
+{
+    if (!L->f) {
+        if (L->mem_pos >= L->mem_len)
+            return 0;
+        const char *p = L->mem + L->mem_pos;
+        const char *nl = memchr(p, '\n', L->mem_len - L->mem_pos);
+        size_t k = nl ? (size_t)(nl - p) : L->mem_len - L->mem_pos;
+        L->mem_pos += k + 1;
+        L->lineno++;
+        *line = p;
+        *n = k;
+        return 1;
+    }
+    size_t scanned = 0; /* bytes of the current line already searched */
+    for (;;) {
+        const char *p = L->buf ? L->buf + L->start : NULL;
+        size_t avail = L->end - L->start;
+        const char *nl = avail > scanned ? memchr(p + scanned, '\n', avail - scanned) : NULL;
+        if (nl || (L->eof && avail)) {
+            size_t k = nl ? (size_t)(nl - p) : avail;
+            L->start += nl ? k + 1 : k;
+            L->lineno++;
+            *line = p;
+            *n = k;
+            return 1;
+        }
+        if (L->eof)
+            return L->error ? -1 : 0;
+        scanned = avail;
+        lines_fill(L);
+    }
+}
+
+void tb_lines_peek(struct tb_lines *L, size_t want, const char **p, size_t *n)
+{
+    if (!L->f) {
+        *p = L->mem + L->mem_pos;
+        *n = L->mem_len - L->mem_pos;
+        return;
+    }
+    while (!L->eof && L->end - L->start < want)
+        lines_fill(L);
+    *p = L->buf ? L->buf + L->start : "";
+    *n = L->end - L->start;
+}
+
+/* ---- reading ----------------------------------------------------------- */
+
+/* The whole rest of a line source as one buffer (AgentX documents). */
+static char *lines_slurp(struct tb_lines *L, size_t *len, const char *name, char *err)
+{
+    if (!L->f) {
+        *len = L->mem_len - L->mem_pos;
+        char *d = xmalloc(*len + 1);
+        memcpy(d, L->mem + L->mem_pos, *len);
+        d[*len] = 0;
+        return d;
+    }
+    while (!L->eof)
+        lines_fill(L);
+    if (L->error) {
+        err_set(err, "%s: read error", name);
+        return NULL;
+    }
+    *len = L->end - L->start;
+    char *d = xmalloc(*len + 1);
+    memcpy(d, L->buf + L->start, *len);
+    d[*len] = 0;
+    return d;
+}
+
+static int read_one(struct tb *b, enum trace_format f, struct tb_lines *L, const char *name,
+                    bool skip_bad, char *err)
+{
+    if (f == TRACE_FMT_AUTO) {
+        const char *p;
+        size_t n;
+        tb_lines_peek(L, 1u << 20, &p, &n);
+        f = detect(p, n);
+    }
     if (b->t->format == TRACE_FMT_AUTO)
         b->t->format = f;
     switch (f) {
-    case TRACE_FMT_AGENTX:
-        return trace_read_agentx_doc(b, data, len, name, skip_bad, err);
+    case TRACE_FMT_AGENTX: {
+        size_t len;
+        char *d = lines_slurp(L, &len, name, err);
+        if (!d)
+            return -1;
+        int rc = trace_read_agentx_doc(b, d, len, name, skip_bad, err);
+        free(d);
+        return rc;
+    }
     case TRACE_FMT_MOONCAKE:
-        return trace_read_mooncake(b, data, len, name, skip_bad, err);
+        return trace_read_mooncake(b, L, name, skip_bad, err);
     case TRACE_FMT_AZURE:
-        return trace_read_azure(b, data, len, name, skip_bad, err);
+        return trace_read_azure(b, L, name, skip_bad, err);
     case TRACE_FMT_BURSTGPT:
-        return trace_read_burstgpt(b, data, len, name, skip_bad, err);
+        return trace_read_burstgpt(b, L, name, skip_bad, err);
     case TRACE_FMT_NATIVE:
-        return trace_read_native(b, data, len, name, skip_bad, err);
-    default:
-        if (len == 0)
+        return trace_read_native(b, L, name, skip_bad, err);
+    default: {
+        const char *p;
+        size_t n;
+        tb_lines_peek(L, 1, &p, &n);
+        if (n == 0)
             return err_set(err, "%s:1:1: empty file", name);
         return err_set(err, "%s:1:1: unknown trace format (not AgentX JSON, Mooncake "
                             "JSONL, Azure CSV, BurstGPT CSV or native JSONL)", name);
+    }
     }
 }
 
@@ -681,19 +824,33 @@ struct trace *trace_read_mem(const char *data, size_t len, const char *name,
     struct trace_read_opts o = {0};
     if (opts)
         o = *opts;
-    /* Readers want a NUL-terminated buffer. */
-    char *copy = xmalloc(len + 1);
-    memcpy(copy, data, len);
-    copy[len] = 0;
     struct tb b;
     tb_init(&b, TRACE_FMT_AUTO);
-    int rc = read_one(&b, o.format, copy, len, name ? name : "(memory)", o.skip_bad, err);
-    free(copy);
+    struct tb_lines L;
+    tb_lines_mem(&L, data, len);
+    int rc = read_one(&b, o.format, &L, name ? name : "(memory)", o.skip_bad, err);
+    tb_lines_free(&L);
     if (rc) {
         tb_abort(&b);
         return NULL;
     }
     return tb_finish(&b);
+}
+
+static int read_path(struct tb *b, enum trace_format f, const char *path, bool skip_bad,
+                     char *err)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return err_set(err, "%s: %s", path, strerror(errno));
+    struct stat st;
+    size_t hint = fstat(fileno(fp), &st) == 0 && st.st_size > 0 ? (size_t)st.st_size : 0;
+    struct tb_lines L;
+    tb_lines_file(&L, fp, hint);
+    int rc = read_one(b, f, &L, path, skip_bad, err);
+    tb_lines_free(&L);
+    fclose(fp);
+    return rc;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -714,15 +871,7 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
     struct tb b;
     tb_init(&b, TRACE_FMT_AUTO);
     if (!S_ISDIR(st.st_mode)) {
-        size_t len;
-        char *data = util_read_file(path, &len, err);
-        if (!data) {
-            tb_abort(&b);
-            return NULL;
-        }
-        int rc = read_one(&b, o.format, data, len, path, o.skip_bad, err);
-        free(data);
-        if (rc) {
+        if (read_path(&b, o.format, path, o.skip_bad, err)) {
             tb_abort(&b);
             return NULL;
         }
@@ -759,14 +908,7 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
         size_t plen = strlen(path) + strlen(names[i]) + 2;
         char *full = xmalloc(plen);
         snprintf(full, plen, "%s/%s", path, names[i]);
-        size_t len;
-        char *data = util_read_file(full, &len, err);
-        if (!data) {
-            rc = -1;
-        } else {
-            rc = read_one(&b, f, data, len, full, o.skip_bad, err);
-            free(data);
-        }
+        rc = read_path(&b, f, full, o.skip_bad, err);
         free(full);
     }
     for (size_t i = 0; i < n; i++)

@@ -173,8 +173,8 @@ static int parse_datetime(const char *s, int64_t *ns)
 }
 
 struct csv_iter {
-    const char *data;
-    size_t len, pos, lineno;
+    struct tb_lines *L;
+    size_t lineno;
     char *buf;
     size_t cap;
     struct csv_line l;
@@ -183,12 +183,15 @@ struct csv_iter {
 /* Next non-blank line split into fields: 1, 0 at the end, -1 bad (err). */
 static int csv_next(struct csv_iter *it, const char *name, char *err)
 {
-    while (it->pos < it->len) {
-        const char *line = it->data + it->pos;
-        const char *nl = memchr(line, '\n', it->len - it->pos);
-        size_t n = nl ? (size_t)(nl - line) : it->len - it->pos;
-        it->pos += n + 1;
-        it->lineno++;
+    for (;;) {
+        const char *line;
+        size_t n;
+        int got = tb_lines_next(it->L, &line, &n);
+        if (got < 0)
+            return err_set(err, "%s: read error", name);
+        if (got == 0)
+            return 0;
+        it->lineno = it->L->lineno;
         size_t w = 0;
         while (w < n && (line[w] == ' ' || line[w] == '\t' || line[w] == '\r'))
             w++;
@@ -209,11 +212,10 @@ static int csv_next(struct csv_iter *it, const char *name, char *err)
             trim(it->l.f[i]);
         return 1;
     }
-    return 0;
 }
 
-int trace_read_azure(struct tb *b, const char *data, size_t len, const char *name,
-                     bool skip_bad, char *err)
+int trace_read_azure(struct tb *b, struct tb_lines *L, const char *name, bool skip_bad,
+                     char *err)
 {
     struct trace *t = b->t;
     if (t->n_calls && !t->timestamped)
@@ -221,7 +223,7 @@ int trace_read_azure(struct tb *b, const char *data, size_t len, const char *nam
     t->timestamped = true;
     t->global_scope = true;
     t->n_scopes = 1;
-    struct csv_iter it = {.data = data, .len = len};
+    struct csv_iter it = {.L = L};
     int rc = csv_next(&it, name, err);
     if (rc <= 0) {
         free(it.buf);
@@ -280,13 +282,11 @@ int trace_read_azure(struct tb *b, const char *data, size_t len, const char *nam
                 continue;
             }
         }
-        if (!skip_bad) {
+        if (!skip_bad || it.L->error) {
             rc = -1;
             break;
         }
         t->skipped_records++;
-        if (it.pos >= it.len)
-            break;
     }
     free(it.buf);
     if (!rc && rows == 0 && !t->skipped_records)
@@ -311,13 +311,13 @@ static int cmp_brow(const void *x, const void *y)
     return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-int trace_read_burstgpt(struct tb *b, const char *data, size_t len, const char *name,
-                        bool skip_bad, char *err)
+int trace_read_burstgpt(struct tb *b, struct tb_lines *L, const char *name, bool skip_bad,
+                        char *err)
 {
     struct trace *t = b->t;
     if (t->n_calls)
         return err_set(err, "%s: a BurstGPT trace is read on its own", name);
-    struct csv_iter it = {.data = data, .len = len};
+    struct csv_iter it = {.L = L};
     int rc = csv_next(&it, name, err);
     if (rc <= 0) {
         free(it.buf);
@@ -398,7 +398,7 @@ int trace_read_burstgpt(struct tb *b, const char *data, size_t len, const char *
                 continue;
             }
         }
-        if (!skip_bad) {
+        if (!skip_bad || it.L->error) {
             rc = -1;
             break;
         }

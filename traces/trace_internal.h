@@ -16,7 +16,9 @@
 #define TRACE_MAX_BLOCK_SIZE 1048576
 
 struct tb_pfx {
-    uint64_t key;  /* chained prefix hash (never 0) */
+    uint32_t key;  /* high 32 bits of the chained prefix hash, never 0; it
+                      also picks the slot. A false match costs compression
+                      only: shared blocks are checked one by one */
     uint32_t call; /* first call whose chain has this prefix */
 };
 
@@ -62,18 +64,39 @@ void tb_pfx_reserve(struct tb *b, size_t n);
 /* Join strings of a JSON array of strings with ','; -1 if not strings. */
 int tb_json_str_list(struct tb *b, json_t *a, uint32_t *out);
 
-/* Readers: each fills b from data (NUL-terminated, len bytes). `name`
- * appears in messages. */
+/* Lines of a file read in chunks (so a large JSONL or CSV trace is never
+ * held whole in memory), or of a buffer. */
+struct tb_lines {
+    FILE *f;                /* NULL: read from mem */
+    const char *mem;
+    size_t mem_len, mem_pos;
+    char *buf;              /* file mode: bytes [start, end) not yet used */
+    size_t cap, start, end;
+    bool eof, error;
+    size_t lineno;          /* of the line last returned (1-based) */
+    size_t size_hint;       /* total bytes (file size), for table sizing */
+};
+void tb_lines_mem(struct tb_lines *L, const char *data, size_t len);
+void tb_lines_file(struct tb_lines *L, FILE *f, size_t size_hint);
+void tb_lines_free(struct tb_lines *L);
+/* The next line (without its newline; valid until the next call): 1, or 0
+ * at the end, or -1 on a read error. */
+int tb_lines_next(struct tb_lines *L, const char **line, size_t *n);
+/* The first bytes not yet consumed (at most want), for format detection. */
+void tb_lines_peek(struct tb_lines *L, size_t want, const char **p, size_t *n);
+
+/* Readers. `name` appears in messages. AgentX reads one whole document;
+ * the others read lines. */
 int trace_read_agentx_doc(struct tb *b, const char *data, size_t len,
                           const char *name, bool skip_bad, char *err);
-int trace_read_mooncake(struct tb *b, const char *data, size_t len,
-                        const char *name, bool skip_bad, char *err);
-int trace_read_azure(struct tb *b, const char *data, size_t len,
-                     const char *name, bool skip_bad, char *err);
-int trace_read_burstgpt(struct tb *b, const char *data, size_t len,
-                        const char *name, bool skip_bad, char *err);
-int trace_read_native(struct tb *b, const char *data, size_t len,
-                      const char *name, bool skip_bad, char *err);
+int trace_read_mooncake(struct tb *b, struct tb_lines *L, const char *name,
+                        bool skip_bad, char *err);
+int trace_read_azure(struct tb *b, struct tb_lines *L, const char *name,
+                     bool skip_bad, char *err);
+int trace_read_burstgpt(struct tb *b, struct tb_lines *L, const char *name,
+                        bool skip_bad, char *err);
+int trace_read_native(struct tb *b, struct tb_lines *L, const char *name,
+                      bool skip_bad, char *err);
 
 /* Jansson parses between begin and end allocate from a per-thread arena
  * (see trace.c); reset drops every document parsed so far; no json_decref

@@ -90,8 +90,8 @@ out:
     return rc;
 }
 
-int trace_read_mooncake(struct tb *b, const char *data, size_t len, const char *name,
-                        bool skip_bad, char *err)
+int trace_read_mooncake(struct tb *b, struct tb_lines *L, const char *name, bool skip_bad,
+                        char *err)
 {
     struct trace *t = b->t;
     if (t->n_calls && !t->timestamped)
@@ -101,19 +101,24 @@ int trace_read_mooncake(struct tb *b, const char *data, size_t len, const char *
     t->n_scopes = 1;
     b->use_pfx = true;
     /* About one id per 10 bytes in Mooncake files, about 60 % distinct. */
-    tb_pfx_reserve(b, len / 16);
+    tb_pfx_reserve(b, L->size_hint / 16);
     uint32_t name_s = tb_str(b, name);
     uint64_t *ids = NULL;
     uint32_t cap = 0;
     size_t lineno = 0, records = 0;
     int rc = 0;
     tb_json_begin();
-    for (size_t pos = 0; pos < len && !rc;) {
-        const char *line = data + pos;
-        const char *nl = memchr(line, '\n', len - pos);
-        size_t n = nl ? (size_t)(nl - line) : len - pos;
-        pos += n + 1;
-        lineno++;
+    for (;;) {
+        const char *line;
+        size_t n;
+        int got = tb_lines_next(L, &line, &n);
+        if (got < 0) {
+            rc = err_set(err, "%s: read error", name);
+            break;
+        }
+        if (got == 0)
+            break;
+        lineno = L->lineno;
         size_t k = 0;
         while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r'))
             k++;
@@ -128,6 +133,8 @@ int trace_read_mooncake(struct tb *b, const char *data, size_t len, const char *
             records++;
             t->sessions[before].file = name_s;
         }
+        if (rc)
+            break;
     }
     tb_json_end();
     free(ids);

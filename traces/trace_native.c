@@ -302,8 +302,8 @@ static int nat_header(struct nat *n, json_t *o)
     return 0;
 }
 
-int trace_read_native(struct tb *b, const char *data, size_t len, const char *name,
-                      bool skip_bad, char *err)
+int trace_read_native(struct tb *b, struct tb_lines *L, const char *name, bool skip_bad,
+                      char *err)
 {
     if (b->t->n_calls || b->t->n_sessions)
         return err_set(err, "%s: a native trace is read on its own", name);
@@ -311,12 +311,17 @@ int trace_read_native(struct tb *b, const char *data, size_t len, const char *na
     int rc = 0;
     bool header = false;
     tb_json_begin();
-    for (size_t pos = 0; pos < len && !rc;) {
-        const char *line = data + pos;
-        const char *nl = memchr(line, '\n', len - pos);
-        size_t k = nl ? (size_t)(nl - line) : len - pos;
-        pos += k + 1;
-        n.lineno++;
+    for (;;) {
+        const char *line;
+        size_t k;
+        int got = tb_lines_next(L, &line, &k);
+        if (got < 0) {
+            rc = err_set(err, "%s: read error", name);
+            break;
+        }
+        if (got == 0)
+            break;
+        n.lineno = L->lineno;
         size_t w = 0;
         while (w < k && (line[w] == ' ' || line[w] == '\t' || line[w] == '\r'))
             w++;
@@ -345,6 +350,8 @@ int trace_read_native(struct tb *b, const char *data, size_t len, const char *na
             b->t->skipped_records++;
             rc = 0;
         }
+        if (rc)
+            break;
     }
     tb_json_end();
     free(n.ids);
