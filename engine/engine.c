@@ -454,7 +454,9 @@ struct engine *engine_create(const struct engine_config *cfg, struct loop *l, ch
         .stepwise = c.stepwise,
         .spec = &e->spec,
         /* Session hints: 64 MB over the deployment, at least 2 MB a replica. */
-        .hint_budget = (64 << 20) / e->n_rep > (2 << 20) ? (64 << 20) / e->n_rep : (2 << 20),
+        .hint_budget = c.hint_bytes < 0 ? 0
+                     : c.hint_bytes > 0 ? (c.hint_bytes / e->n_rep > 1 ? c.hint_bytes / e->n_rep : 1)
+                     : (64 << 20) / e->n_rep > (2 << 20) ? (64 << 20) / e->n_rep : (2 << 20),
     };
     e->next_ns = xmalloc((size_t)e->n_rep * sizeof *e->next_ns);
     e->heap = xmalloc((size_t)e->n_rep * sizeof *e->heap);

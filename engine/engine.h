@@ -82,6 +82,9 @@ struct engine_config {
     bool stepwise;             /* one event per step (for checking) */
     uint64_t seed;
     char presets_dir[512];     /* where presets live ("" = built-in search) */
+    int64_t hint_bytes;        /* memory for per-session prefix hints, which
+                                  only speed lookups up (0: default 64 MB
+                                  over the deployment; -1: none) */
 };
 
 struct engine_cb {

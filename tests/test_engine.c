@@ -268,6 +268,13 @@ static void test_closed_form_identity(void)
                     "hit %.3f, %.1f s simulated\n",
             (long long)b.st.steps, (long long)b.runs, (long long)b.st.preemptions,
             (double)b.st.cached_tokens / (double)b.st.prompt_tokens, b.end_ns / 1e9);
+    /* Session hints only speed lookups up: without them, the same records. */
+    struct wresult nh;
+    c.hint_bytes = -1;
+    run_workload(&c, 60, false, &nh);
+    CHECK(nh.text && !strcmp(b.text, nh.text), "identical records without session hints");
+    free(nh.text);
+    c.hint_bytes = 0;
     /* Determinism: the same seed again, and another seed. */
     struct wresult d, f;
     run_workload(&c, 60, false, &d);
