@@ -933,9 +933,165 @@ int replay_cmd_sweep(int argc, char **argv)
 static const char compare_help[] =
     "usage: agentreplay compare A B [--per-gpu]\n"
     "A and B: run folders (or run.json files). Side by side with ratios B/A.\n"
+    "Two sweep folders: total throughput per GPU at equal P90 interactivity.\n"
     "Refuses (exit 3) when the GPU counts differ: per-user metrics are not\n"
     "comparable across deployment sizes. --per-gpu compares only throughput\n"
     "per GPU against interactivity, and says so.\n";
+
+/* Sweep folders: per-GPU throughput against P90 interactivity curves. */
+struct sweep_pt {
+    char label[128];
+    int gpus, conc;
+    double inter90, total;
+};
+
+static int read_sweep(const char *dir, struct sweep_pt **out, char *err)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/sweep.csv", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return err_set(err, "%s: %s", path, strerror(errno));
+    char line[4096];
+    int n = 0, cap = 0, ln = 0;
+    struct sweep_pt *v = NULL;
+    while (fgets(line, sizeof line, f)) {
+        if (ln++ == 0)
+            continue;
+        char *fld[20];
+        int k = 0;
+        char *q = line;
+        while (k < 20 && *q && *q != '\n') {
+            if (*q == '"') {
+                fld[k++] = ++q;
+                while (*q && *q != '"')
+                    q++;
+                if (*q)
+                    *q++ = 0;
+            } else {
+                fld[k++] = q;
+            }
+            while (*q && *q != ',' && *q != '\n')
+                q++;
+            if (*q == ',')
+                *q++ = 0;
+            else if (*q == '\n')
+                *q = 0;
+        }
+        if (k < 19) {
+            fclose(f);
+            free(v);
+            return err_set(err, "%s:%d: %d fields, want 19", path, ln, k);
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 32;
+            v = xrealloc(v, (size_t)cap * sizeof *v);
+        }
+        snprintf(v[n].label, sizeof v[n].label, "%s", fld[0]);
+        v[n].gpus = atoi(fld[1]);
+        v[n].conc = atoi(fld[5]);
+        v[n].inter90 = *fld[9] ? atof(fld[9]) : NAN;
+        v[n].total = *fld[14] ? atof(fld[14]) : NAN;
+        n++;
+    }
+    fclose(f);
+    *out = v;
+    return n;
+}
+
+/* Throughput per GPU of curve (label lb in v, its points in order of
+ * concurrency) at interactivity x, by linear interpolation on the segment
+ * that spans x (the best one if several do); NAN outside the curve. */
+static double curve_at(const struct sweep_pt *v, int n, const char *lb, double x)
+{
+    int idx[256], m = 0;
+    for (int i = 0; i < n && m < 256; i++)
+        if (!strcmp(v[i].label, lb) && isfinite(v[i].inter90) && isfinite(v[i].total))
+            idx[m++] = i;
+    for (int i = 1; i < m; i++) /* insertion sort by concurrency */
+        for (int j = i; j > 0 && v[idx[j - 1]].conc > v[idx[j]].conc; j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    double best = NAN;
+    for (int k = 0; k < m; k++) {
+        const struct sweep_pt *p = &v[idx[k]];
+        double y = NAN;
+        if (p->inter90 == x)
+            y = p->total;
+        else if (k + 1 < m) {
+            const struct sweep_pt *q = &v[idx[k + 1]];
+            double lo = fmin(p->inter90, q->inter90), hi = fmax(p->inter90, q->inter90);
+            if (x >= lo && x <= hi && hi > lo)
+                y = p->total + (q->total - p->total) * (x - p->inter90) / (q->inter90 - p->inter90);
+        }
+        if (isfinite(y) && (isnan(best) || y > best))
+            best = y;
+    }
+    return best;
+}
+
+static int compare_sweeps(const char *a, const char *b, bool per_gpu)
+{
+    char err[ERR_LEN];
+    struct sweep_pt *A = NULL, *B = NULL;
+    int na = read_sweep(a, &A, err);
+    if (na < 0)
+        return bad("compare", err);
+    int nb = read_sweep(b, &B, err);
+    if (nb < 0) {
+        free(A);
+        return bad("compare", err);
+    }
+    bool same = true;
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++)
+            same &= A[i].gpus == B[j].gpus;
+    if (!same && !per_gpu) {
+        fprintf(stderr, "agentreplay compare: refused: the sweeps use different GPU counts (%d vs %d).\n"
+                        "Compare at equal GPU count, or pass --per-gpu to compare throughput per GPU\n"
+                        "against P90 interactivity.\n",
+                na ? A[0].gpus : 0, nb ? B[0].gpus : 0);
+        free(A);
+        free(B);
+        return EXIT_REFUSED;
+    }
+    if (!same)
+        printf("!!! PER-GPU COMPARISON: the GPU counts differ. Only total throughput per GPU at\n"
+               "!!! equal P90 interactivity is compared; nothing per-user is compared.\n\n");
+    printf("total tok/s per GPU at A's P90 interactivity points (B interpolated on its curve):\n");
+    printf("%-40s %-40s %5s %10s %12s %12s %7s\n", "A", "B", "A c", "P90 tok/s", "A tok/s/GPU",
+           "B tok/s/GPU", "B/A");
+    for (int i = 0; i < na; i++) {
+        for (int j = 0; j < nb; j++) {
+            if (j && !strcmp(B[j].label, B[j - 1].label))
+                continue;
+            double y = curve_at(B, nb, B[j].label, A[i].inter90);
+            char yb[32] = "-", r[32] = "-";
+            if (isfinite(y)) {
+                snprintf(yb, sizeof yb, "%.0f", y);
+                if (A[i].total > 0)
+                    snprintf(r, sizeof r, "%.3f", y / A[i].total);
+            }
+            char la[64], lb[64];
+            snprintf(la, sizeof la, "%s (%d GPUs)", A[i].label, A[i].gpus);
+            snprintf(lb, sizeof lb, "%s (%d GPUs)", B[j].label, B[j].gpus);
+            printf("%-40s %-40s %5d %10.1f %12.0f %12s %7s\n", la, lb, A[i].conc, A[i].inter90, A[i].total,
+                   yb, r);
+        }
+    }
+    free(A);
+    free(B);
+    return EXIT_OK;
+}
+
+static bool is_sweep(const char *dir)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/sweep.csv", dir);
+    return access(p, R_OK) == 0;
+}
 
 int replay_cmd_compare(int argc, char **argv)
 {
@@ -963,6 +1119,8 @@ int replay_cmd_compare(int argc, char **argv)
         fputs(compare_help, stderr);
         return EXIT_BADINPUT;
     }
+    if (is_sweep(a) && is_sweep(b))
+        return compare_sweeps(a, b, per_gpu);
     char err[ERR_LEN];
     json_t *A = results_read_run(a, err);
     if (!A)

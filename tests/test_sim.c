@@ -213,6 +213,17 @@ int main(void)
         free(txt);
         rc = sh("%s sweep --trace %s --layout 16x1,8x1 -o %s/sw2 >/dev/null 2>&1", bin, cc, tmpdir);
         CHECKF(rc == 2, "sweep across GPU counts refused (exit %d)", rc);
+        rc = sh("%s sweep --trace %s --concurrency 1,2 --gpus 8 --tp 8 --duration 60 -o %s/sw8 >/dev/null 2>&1",
+                bin, cc, tmpdir);
+        CHECKF(rc == 0, "8-GPU sweep (exit %d)", rc);
+        rc = sh("%s compare %s %s/sw8 >/dev/null 2>&1", bin, dir2, tmpdir);
+        CHECKF(rc == 3, "compare of sweeps on 16 and 8 GPUs refused (exit %d)", rc);
+        rc = sh("%s compare --per-gpu %s %s/sw8 >%s/cmp2.txt 2>&1", bin, dir2, tmpdir, tmpdir);
+        snprintf(p, sizeof p, "%s/cmp2.txt", tmpdir);
+        txt = util_read_file(p, NULL, NULL);
+        CHECK(rc == 0 && txt && strstr(txt, "PER-GPU") && strstr(txt, "tok/s/GPU"),
+              "--per-gpu compares sweeps' throughput per GPU at equal interactivity");
+        free(txt);
 
         /* Bad input: exit 2 with a message. */
         CHECK(sh("%s sim --trace %s --bogus -o %s/b1 >/dev/null 2>&1", bin, cc, tmpdir) == 2, "unknown flag");
