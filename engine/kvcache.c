@@ -266,10 +266,18 @@ void kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash)
     struct kv_block *b = &kv->b[i];
     if (b->flags & KV_HASHED)
         return;
+    if ((kv->tn + 1) * 2 > kv->tcap)
+        table_grow(kv);
+    /* One probe: find the content or the empty slot to insert at. */
     uint64_t k = tkey_of(hash);
-    if (kv_lookup(kv, k) != KV_NONE)
-        return;
-    table_put(kv, k, i);
+    uint32_t m = kv->tcap - 1;
+    uint32_t p = home_of(k, m);
+    for (; kv->t[p].key; p = (p + 1) & m)
+        if (kv->t[p].key == k)
+            return;
+    kv->t[p].key = k;
+    kv->t[p].val = i;
+    kv->tn++;
     b->hash = k;
     b->flags |= KV_HASHED;
 }
