@@ -15,7 +15,8 @@ load 'common.gp'
 set title sprintf("Total throughput per GPU vs P%d interactivity\ntotal = (input tokens incl. cached + output tokens) / s / GPU, over all GPUs of the deployment", pct) font f_title
 set xlabel sprintf("P%d interactivity (tok/s per user) = 1 / P%d TPOT", pct, pct)
 set ylabel "total throughput (tok/s per GPU)"
-if (logx) { set logscale x; set mxtics 10 } else { set mxtics 2 }
+# a log axis: 1-2-5 tics, so that an axis of one or two decades reads well
+if (logx) { set logscale x; set mxtics 10; set format x "%.0f"; set xtics add (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000) } else { set mxtics 2 }
 if (logy) { set logscale y; set mytics 10; set autoscale yfix; set format y "%.0s%c" } else { set mytics 2 }
 if (logx) { set autoscale xfix }
 if (logy) { set offsets 0, graph 0.1, graph 0.15, graph 0.1 } else { set offsets 0, graph 0.1, graph 0.1, 0 }

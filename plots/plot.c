@@ -600,19 +600,24 @@ static void group_configs(struct set *s)
 }
 
 /* Chooses the run each configuration shows in the per-user charts and
- * returns the concurrency chosen (0: each configuration's highest). */
+ * returns the concurrency chosen (0: each configuration's highest). By
+ * default: the middle (upper median) of the concurrencies that every
+ * configuration with run folders has, a typical load rather than the
+ * most or least loaded point. */
 static int choose_runs(struct set *s, int want)
 {
     int conc = want;
     if (!conc) {
-        /* the highest concurrency that every configuration with run
-         * folders has */
+        int *common = xmalloc(sizeof *common * (size_t)(s->npts + 1));
+        int nc = 0;
         for (int i = 0; i < s->npts; i++) {
             int c = s->pts[i].concurrency;
-            if (!*s->pts[i].dir || c <= conc)
+            if (!*s->pts[i].dir)
                 continue;
-            bool all = true;
-            for (int g = 0; g < s->ncfg && all; g++) {
+            bool all = true, dup = false;
+            for (int k = 0; k < nc; k++)
+                dup |= common[k] == c;
+            for (int g = 0; g < s->ncfg && all && !dup; g++) {
                 bool any_dir = false, has = false;
                 for (int j = 0; j < s->npts; j++)
                     if (s->pts[j].cfg == g && *s->pts[j].dir) {
@@ -621,9 +626,17 @@ static int choose_runs(struct set *s, int want)
                     }
                 all = !any_dir || has;
             }
-            if (all)
-                conc = c;
+            if (all && !dup)
+                common[nc++] = c;
         }
+        for (int a = 1; a < nc; a++) /* few values: insertion sort */
+            for (int b = a; b > 0 && common[b - 1] > common[b]; b--) {
+                int t = common[b];
+                common[b] = common[b - 1];
+                common[b - 1] = t;
+            }
+        conc = nc ? common[nc / 2] : 0;
+        free(common);
     }
     for (int g = 0; g < s->ncfg; g++) {
         int best = -1;
@@ -959,6 +972,7 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
         return -1;
     int blocks = 0, rc = 0;
     double tmax = 0, cmax[NC] = {0}, cmin_pos[NC];
+    int hit_over = 0; /* seconds whose hit rate exceeds 100 % (off scale) */
     for (int k = 0; k < NC; k++)
         cmin_pos[k] = INFINITY;
     struct sbuf has[NC]; /* per column: the blocks with values in it */
@@ -1043,6 +1057,8 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
                     if (k)
                         fputc(',', f);
                     csv_num(f, v[i][k]);
+                    if (k == 5 && v[i][k] > 100.5)
+                        hit_over++;
                     if (isfinite(v[i][k])) {
                         cmax[k] = fmax(cmax[k], v[i][k]);
                         if (v[i][k] > 0)
@@ -1077,10 +1093,10 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
         top[k] = cmax[k] > 0 ? cmax[k] * 1.08 : 1;
     snprintf(ch->vars, sizeof ch->vars,
              "n=%d; tunit=%d; tmax=%.6g; ylive=%.6g; yrun=%.6g; ywait=%.6g; ytok=%.6g; "
-             "yhit=%.6g; logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; "
+             "hitover=%d; logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; "
              "l7='%s'; l8='%s'; sub='%s'; warn='%s'",
              blocks, tmax > 7200 ? 60 : 1, tmax, top[1], top[2], top[3], fmax(top[6], top[7]),
-             fmax(105, cmax[5] * 1.05),
+             hit_over,
              want_log(fmin(cmin_pos[6], cmin_pos[7]), fmax(cmax[6], cmax[7]), 1000), has[1].p,
              has[2].p, has[3].p, has[4].p, has[5].p, has[6].p, has[7].p, cl, warn);
     for (int k = 0; k < NC; k++)
@@ -1149,10 +1165,11 @@ static int write_breakdown(const struct set *s, int want_batch, const char *outd
         csv_free(&c);
         return -1;
     }
-    enum { MAXR = 16, MAXK = 48 };
-    char rows[MAXR][96], kern[MAXK][64];
-    double val[MAXR][MAXK] = {{0}};
-    int nr = 0, nk = 0, rc = 0;
+    enum { MAXL = 8, MAXP = 4, MAXK = 64 };
+    char kinds[MAXL][40], paths[MAXP][40], kern[MAXK][64];
+    double val[MAXL][MAXP][MAXK] = {{{0}}};
+    bool any[MAXL][MAXP] = {{false}};
+    int nl = 0, np = 0, nk = 0, rc = 0;
     for (int r = 0; r < c.nrows; r++) {
         double b, us;
         if ((rc = csv_num_at(&c, r, "batch", true, &b, err)) ||
@@ -1160,32 +1177,56 @@ static int write_breakdown(const struct set *s, int want_batch, const char *outd
             break;
         if ((int)b != batch || !isfinite(us))
             continue;
-        char row[96], kname[64], pth[40], kind[40];
+        char kname[64], pth[40], kind[40], pshort[40];
         clean_text(pth, sizeof pth, csv_str_at(&c, r, "path"));
         clean_text(kind, sizeof kind, csv_str_at(&c, r, "layer_kind"));
         clean_text(kname, sizeof kname, csv_str_at(&c, r, "kernel"));
-        char pshort[40];
         short_backend(pth, pshort, sizeof pshort);
-        snprintf(row, sizeof row, "%s / %s", kind, pshort);
-        int i, k;
-        for (i = 0; i < nr && strcmp(rows[i], row); i++)
+        int l, p, k;
+        for (l = 0; l < nl && strcmp(kinds[l], kind); l++)
+            ;
+        for (p = 0; p < np && strcmp(paths[p], pshort); p++)
             ;
         for (k = 0; k < nk && strcmp(kern[k], kname); k++)
             ;
-        if (i == MAXR || k == MAXK) {
-            rc = err_set(err, "%s: more than %d path/layer rows or %d kernels", s->breakdown,
-                         MAXR, MAXK);
+        if (l == MAXL || p == MAXP || k == MAXK) {
+            rc = err_set(err, "%s: more than %d layer kinds, %d paths or %d kernels",
+                         s->breakdown, MAXL, MAXP, MAXK);
             break;
         }
-        if (i == nr)
-            snprintf(rows[nr++], sizeof rows[0], "%s", row);
+        if (l == nl)
+            snprintf(kinds[nl++], sizeof kinds[0], "%s", kind);
+        if (p == np)
+            snprintf(paths[np++], sizeof paths[0], "%s", pshort);
         if (k == nk)
             snprintf(kern[nk++], sizeof kern[0], "%s", kname);
-        val[i][k] += us;
+        val[l][p][k] += us;
+        any[l][p] = true;
     }
     csv_free(&c);
     if (rc)
         return -1;
+    /* standard before specialized within each layer kind */
+    for (int p = 1; p < np; p++)
+        if (!strcmp(paths[p], "standard")) {
+            for (int q = p; q > 0; q--) {
+                char t[40];
+                memcpy(t, paths[q], sizeof t);
+                memcpy(paths[q], paths[q - 1], sizeof t);
+                memcpy(paths[q - 1], t, sizeof t);
+                for (int l = 0; l < nl; l++) {
+                    bool ta = any[l][q];
+                    any[l][q] = any[l][q - 1];
+                    any[l][q - 1] = ta;
+                    for (int k = 0; k < nk; k++) {
+                        double tv = val[l][q][k];
+                        val[l][q][k] = val[l][q - 1][k];
+                        val[l][q - 1][k] = tv;
+                    }
+                }
+            }
+            break;
+        }
     FILE *f = open_out(outdir, "breakdown_data.csv", err);
     if (!f)
         return -1;
@@ -1194,28 +1235,84 @@ static int write_breakdown(const struct set *s, int want_batch, const char *outd
         fprintf(f, ",%s", kern[k]);
     fprintf(f, ",total_us\n");
     double tmax = 0;
-    for (int i = 0; i < nr; i++) {
-        double tot = 0;
-        fprintf(f, "\"%s\"", rows[i]);
-        for (int k = 0; k < nk; k++) {
-            fprintf(f, ",%.6g", val[i][k]);
-            tot += val[i][k];
+    int nr = 0;
+    for (int l = 0; l < nl; l++) {
+        char kd[48];
+        if (!strcmp(kinds[l], "step"))
+            snprintf(kd, sizeof kd, "step");
+        else if (strlen(kinds[l]) <= 4) {
+            for (size_t i = 0; i <= strlen(kinds[l]); i++)
+                kd[i] = (char)(kinds[l][i] >= 'a' && kinds[l][i] <= 'z' ? kinds[l][i] - 32
+                                                                         : kinds[l][i]);
+        } else
+            snprintf(kd, sizeof kd, "%s", kinds[l]);
+        if (l) { /* a gap between layer kinds */
+            fprintf(f, "\" \""); /* (gnuplot misreads an empty quoted field) */
+            for (int k = 0; k < nk; k++)
+                fprintf(f, ",0");
+            fprintf(f, ",\n");
+            nr++;
         }
-        fprintf(f, ",%.6g\n", tot);
-        tmax = fmax(tmax, tot);
+        for (int p = 0; p < np; p++) {
+            if (!any[l][p])
+                continue;
+            double tot = 0;
+            fprintf(f, "\"%s|%s\"", kd,
+                    !strcmp(paths[p], "standard")      ? "std"
+                    : !strcmp(paths[p], "specialized") ? "spec"
+                                                       : paths[p]);
+            for (int k = 0; k < nk; k++) {
+                fprintf(f, ",%.6g", val[l][p][k]);
+                tot += val[l][p][k];
+            }
+            fprintf(f, ",%.6g\n", tot);
+            tmax = fmax(tmax, tot);
+            nr++;
+        }
     }
     if (close_out(f, outdir, "breakdown_data.csv", err))
         return -1;
     if (!nr)
         return 0;
-    snprintf(ch->vars, sizeof ch->vars, "nk=%d; nr=%d; batch=%d; ymax=%.6g", nk, nr, batch,
-             tmax * 1.15);
+    /* colours: one hue per kernel family (the name up to its first '_'),
+     * lighter shades for its members */
+    static const unsigned hues[] = {0x0072B2, 0xD55E00, 0x009E73, 0xCC79A7, 0xE69F00,
+                                    0x56B4E9, 0x6A3D9A, 0xB8A300, 0x882255, 0x44AA99,
+                                    0x8C564B, 0x555555};
+    char fam[MAXK][24];
+    int fam_of[MAXK], nf = 0, member[MAXK], fam_size[MAXK] = {0};
+    char fams[MAXK][24];
+    for (int k = 0; k < nk; k++) {
+        size_t u = strcspn(kern[k], "_");
+        u = u < sizeof fam[k] - 1 ? u : sizeof fam[k] - 1;
+        memcpy(fam[k], kern[k], u);
+        fam[k][u] = 0;
+        int f2;
+        for (f2 = 0; f2 < nf && strcmp(fams[f2], fam[k]); f2++)
+            ;
+        if (f2 == nf)
+            memcpy(fams[nf++], fam[k], sizeof fams[0]);
+        fam_of[k] = f2;
+        member[k] = fam_size[f2]++;
+    }
+    struct sbuf col = {0};
+    for (int k = 0; k < nk; k++) {
+        unsigned h = hues[fam_of[k] % ARRAY_LEN(hues)];
+        double t = fam_size[fam_of[k]] > 1 ? 0.65 * member[k] / (fam_size[fam_of[k]] - 1) : 0;
+        int rgb[3] = {(int)(h >> 16) & 255, (int)(h >> 8) & 255, (int)h & 255};
+        for (int i = 0; i < 3; i++)
+            rgb[i] = (int)(rgb[i] + (255 - rgb[i]) * t + 0.5);
+        sb_printf(&col, "%s#%02x%02x%02x", k ? " " : "", rgb[0], rgb[1], rgb[2]);
+    }
+    snprintf(ch->vars, sizeof ch->vars, "nk=%d; nr=%d; batch=%d; ymax=%.6g; colors='%s'", nk,
+             nr, batch, tmax * 1.15, col.p);
+    sb_free(&col);
     snprintf(ch->data, sizeof ch->data, "breakdown_data.csv");
     snprintf(ch->about, sizeof ch->about,
              "Where one decode step's time goes at batch %d: the engine's per-layer time of "
              "each kernel (microseconds per layer), standard against latency-specialized "
-             "path, for each layer kind, stacked by kernel; the number above each bar is "
-             "the layer's total. From %.300s.",
+             "path, for each layer kind, stacked by kernel (kernels of one family share a "
+             "hue); the number above each bar is the layer's total. From %.300s.",
              batch, s->breakdown);
     return 1;
 }

@@ -33,7 +33,8 @@ struct plot_opts {
     bool png, svg;         /* formats to render */
     int batch;             /* breakdown batch size; 0: the one nearest 8 */
     int concurrency;       /* run shown in distributions and timeline;
-                              0: highest concurrency common to all configs */
+                              0: the middle of the concurrencies common
+                              to all configurations */
     const char *command;   /* the exact command line, shown at the top of
                               report.md; NULL: none shown. Borrowed. */
 };

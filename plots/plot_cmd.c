@@ -24,7 +24,7 @@ static void plot_usage(FILE *f)
             "  --batch N              batch size of the decode-time breakdown\n"
             "                         (default: the one nearest 8)\n"
             "  --concurrency N        run shown in the distributions and timeline\n"
-            "                         (default: highest concurrency common to all)\n\n"
+            "                         (default: the middle of those common to all)\n\n"
             "Without gnuplot (or with AGENTREPLAY_GNUPLOT naming a missing program) the\n"
             "CSV data, scripts, DIR/render.sh and report.md are still written; exit 0.\n"
             "Exit: 0 written, 1 failed, 2 bad input (including distributions refused\n"

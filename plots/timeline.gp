@@ -6,7 +6,7 @@
 # output_tokens_per_s.
 # Variables: n (blocks), l2..l8 (the blocks with values in columns 2..8),
 # tunit (1: seconds, 60: minutes), tmax (s), logtok (log tokens/s axis), ylive, yrun,
-# ywait, ytok, yhit (axis tops), sub (the run shown), warn (a warning in red, or
+# ywait, ytok (axis tops), hitover (seconds with a hit rate over 100 %), sub (the run shown), warn (a warning in red, or
 # '').
 if (!exists("data")) data = 'timeline_data.csv'
 if (!exists("tunit")) tunit = 1
@@ -15,7 +15,7 @@ if (!exists("warn")) warn = ''
 if (!exists("ylive")) ylive = 1
 if (!exists("tmax")) tmax = 0
 if (!exists("logtok")) logtok = 0
-if (!exists("yhit")) yhit = 105
+if (!exists("hitover")) hitover = 0
 if (!exists("yrun")) yrun = 1
 if (!exists("ywait")) ywait = 1
 if (!exists("ytok")) ytok = 1
@@ -79,11 +79,13 @@ if (strlen(l5) > 0) {
 
 set title "Prefix-cache hit rate (seconds with prompts)"
 set ylabel "% of prompt tokens"
-set yrange [0:yhit]
+set yrange [0:105]
+if (hitover > 0) { set label 97 sprintf("%d s above 100 %% (off scale)", hitover) at graph 0.98, graph 0.06 right textcolor rgb '#B00000' font f_small }
 if (strlen(l6) > 0) {
     plot for [w in l6] data index int(w) using ($1/tunit):6 with points lt (int(w)+1) pt 7 ps 0.35 notitle
 } else { @nodata }
 
+unset label 97
 set title "Tokens/s, 10 s means (dashed: output)"
 if (logtok) {
     set ylabel "tok/s, whole deployment (log)"
