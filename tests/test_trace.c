@@ -77,7 +77,11 @@ static void round_trip(const struct trace *t, const char *what)
             x->fork_t_ns != y->fork_t_ns || x->fork_gap_ns != y->fork_gap_ns ||
             x->duration_ns != y->duration_ns || x->join != y->join || x->scope != y->scope ||
             x->block_size != y->block_size || x->start_ns != y->start_ns ||
-            x->first_child != y->first_child || x->next_sibling != y->next_sibling) {
+            x->first_child != y->first_child || x->next_sibling != y->next_sibling ||
+            (x->file == TRACE_NONE) != (y->file == TRACE_NONE) ||
+            (x->file != TRACE_NONE && strcmp(trace_str(t, x->file), trace_str(u, y->file))) ||
+            (x->name == TRACE_NONE) != (y->name == TRACE_NONE) ||
+            (x->name != TRACE_NONE && strcmp(trace_str(t, x->name), trace_str(u, y->name)))) {
             CHECKF(0, "%s: session %u differs after round trip", what, i);
             break;
         }

@@ -73,7 +73,15 @@ static int trace_write_native_file(const struct trace *t, FILE *f)
         put_str(f, esc, "name", s->name);
         put_str(f, esc, "kind", s->kind);
         put_str(f, esc, "status", s->status);
-        put_str(f, esc, "file", s->file);
+        /* file: absent = the previous session line's (it is the same for
+         * every session of a file); null = none. */
+        uint32_t prev_file = si ? t->sessions[si - 1].file : TRACE_NONE;
+        if (s->file != prev_file) {
+            if (s->file == TRACE_NONE)
+                fputs(",\"file\":null", f);
+            else
+                put_str(f, esc, "file", s->file);
+        }
         fputs("}\n", f);
         for (uint32_t k = 0; k < s->n_calls; k++) {
             const struct trace_call *c = &t->calls[s->first_call + k];
@@ -203,6 +211,8 @@ static int nat_session(struct nat *n, json_t *o)
     for (int i = 0; i < 4; i++)
         if (opt_str(n, o, keys[i], dst[i]))
             return NBAD(n, "%s", keys[i], "expected a string");
+    if (!json_object_get(o, "file")) /* absent: the previous session's */
+        ss->file = s ? t->sessions[s - 1].file : TRACE_NONE;
     n->cur = s;
     return 0;
 }
