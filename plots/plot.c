@@ -1609,11 +1609,24 @@ static void key_table(struct sbuf *b, const struct set *s, int pi)
             sb_printf(b, " |\n");
         }
     if (notes) {
-        sb_printf(b, "\n");
+        int nn = 0, first = -1;
         for (int j = 0; j < s->npts; j++)
-            if (*s->pts[j].note)
-                sb_printf(b, "\\* %s at concurrency %d: %s.  \n", s->pts[j].label,
-                          s->pts[j].concurrency, s->pts[j].note);
+            if (*s->pts[j].note) {
+                nn++;
+                first = first < 0 ? j : first;
+            }
+        sb_printf(b, "\n");
+        if (nn > 5) /* many: one line, with the first as an example */
+            sb_printf(b, "\\* %d of %d runs are flagged (run.json: interrupted, partial, "
+                         "agentx_valid, invalid_reasons), for example %s at concurrency %d: "
+                         "%s.\n",
+                      nn, s->npts, s->pts[first].label, s->pts[first].concurrency,
+                      s->pts[first].note);
+        else
+            for (int j = 0; j < s->npts; j++)
+                if (*s->pts[j].note)
+                    sb_printf(b, "\\* %s at concurrency %d: %s.  \n", s->pts[j].label,
+                              s->pts[j].concurrency, s->pts[j].note);
     }
 }
 

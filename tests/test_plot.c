@@ -378,7 +378,8 @@ int main(void)
     const char *g = getenv("AGENTREPLAY_GNUPLOT");
     if (g)
         snprintf(gp_env, sizeof gp_env, "%s", g);
-    bool have_gp = system("command -v gnuplot >/dev/null 2>&1") == 0 && !*gp_env;
+    bool have_gp = *gp_env ? access(gp_env, X_OK) == 0
+                           : system("command -v gnuplot >/dev/null 2>&1") == 0;
     bool pyok = have_python();
     if (!pyok)
         SKIP("python3 missing: SVG well-formedness not checked");
