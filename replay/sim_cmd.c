@@ -152,6 +152,10 @@ static void on_tick(void *arg, struct replay *r, int64_t now)
 
 static void label_default(struct point *p)
 {
+    if (p->fake) {
+        snprintf(p->label, sizeof p->label, "fake target");
+        return;
+    }
     snprintf(p->label, sizeof p->label, "TP%dx%d %s", p->ec.tp, p->ec.tp > 0 ? p->ec.gpus / p->ec.tp : 0,
              p->ec.backend == ENGINE_BACKEND_LATENCY_SPECIALIZED ? "latency_specialized" : "auto");
 }
