@@ -664,6 +664,7 @@ struct target *http_target_create(const struct http_target_config *cfg, struct l
     t->base.ops = &http_ops;
     t->base.loop = l;
     t->base.gpus = cfg->gpus;
+    t->base.live = true;
     t->cfg = *cfg;
     json_t *m = json_string(cfg->model[0] ? cfg->model : "default");
     char *ms = json_dumps(m, JSON_ENCODE_ANY);
