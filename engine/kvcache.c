@@ -23,10 +23,18 @@ void kv_init(struct kvcache *kv, int64_t total_units, int64_t ckpt_units)
 
 void kv_free(struct kvcache *kv)
 {
-    free(kv->b);
+    free(kv->st);
+    free(kv->hash);
+    free(kv->gen);
+    free(kv->next);
     free(kv->t);
     free(kv->q);
     memset(kv, 0, sizeof *kv);
+}
+
+static inline void set_flags(struct kvcache *kv, uint32_t i, uint32_t f)
+{
+    kv->st[i] = kv_st_ref(kv->st[i]) | f << KV_FLAG_SHIFT;
 }
 
 /* ---- hash table ---- */
@@ -105,15 +113,14 @@ static void table_del(struct kvcache *kv, uint64_t k)
 
 /* ---- LRU queue ---- */
 
-static inline int64_t block_units(const struct kvcache *kv, const struct kv_block *b)
+static inline int64_t units_of(const struct kvcache *kv, uint32_t flags)
 {
-    return 1 + ((b->flags & KV_CKPT) ? kv->ckpt_units : 0);
+    return 1 + ((flags & KV_CKPT) ? kv->ckpt_units : 0);
 }
 
 static inline bool entry_live(const struct kvcache *kv, struct kv_lru_entry e)
 {
-    const struct kv_block *b = &kv->b[e.block];
-    return (b->flags & KV_LRU) && b->gen == e.gen;
+    return (kv_flags(kv, e.block) & KV_LRU) && kv->gen[e.block] == e.gen;
 }
 
 /* Drops stale entries, keeping the order of the live ones. */
@@ -134,7 +141,6 @@ static void lru_compact(struct kvcache *kv)
 
 static void lru_push(struct kvcache *kv, uint32_t i)
 {
-    struct kv_block *b = &kv->b[i];
     if (kv->q_len == kv->q_cap) {
         if (kv->q_len > 2 * (uint64_t)kv->n_lru + 1024)
             lru_compact(kv);
@@ -149,20 +155,21 @@ static void lru_push(struct kvcache *kv, uint32_t i)
             kv->q_cap *= 2;
         }
     }
-    b->gen++;
-    b->flags |= KV_LRU;
-    kv->q[(kv->q_head + kv->q_len) & (kv->q_cap - 1)] = (struct kv_lru_entry){i, b->gen};
+    uint32_t f = kv_flags(kv, i) | KV_LRU;
+    set_flags(kv, i, f);
+    uint32_t g = ++kv->gen[i];
+    kv->q[(kv->q_head + kv->q_len) & (kv->q_cap - 1)] = (struct kv_lru_entry){i, g};
     kv->q_len++;
     kv->n_lru++;
-    kv->lru_units += block_units(kv, b);
+    kv->lru_units += units_of(kv, f);
 }
 
-/* Marks a cached block in use; its queue entry goes stale. */
+/* Marks a cached block no longer free; its queue entry goes stale. */
 static void lru_take(struct kvcache *kv, uint32_t i)
 {
-    struct kv_block *b = &kv->b[i];
-    kv->lru_units -= block_units(kv, b);
-    b->flags &= ~KV_LRU;
+    uint32_t f = kv_flags(kv, i);
+    kv->lru_units -= units_of(kv, f);
+    set_flags(kv, i, f & ~(uint32_t)KV_LRU);
     kv->n_lru--;
 }
 
@@ -180,8 +187,8 @@ uint32_t kv_lru_oldest(struct kvcache *kv)
 
 static void empty_push(struct kvcache *kv, uint32_t i)
 {
-    kv->b[i].flags = 0;
-    kv->b[i].next = kv->empty_head;
+    kv->st[i] = 0;
+    kv->next[i] = kv->empty_head;
     kv->empty_head = i;
 }
 
@@ -191,18 +198,18 @@ static bool evict_one(struct kvcache *kv)
     uint32_t i = kv_lru_oldest(kv);
     if (i == KV_NONE)
         return false;
-    struct kv_block *b = &kv->b[i];
     kv->q_head++;
     kv->q_len--;
+    uint32_t f = kv_flags(kv, i);
     lru_take(kv, i);
     kv->free_units += 1;
-    if (b->flags & KV_CKPT) {
+    if (f & KV_CKPT) {
         kv->free_units += kv->ckpt_units;
         kv->n_ckpt--;
         kv->ckpt_evictions++;
     }
-    if (b->flags & KV_HASHED)
-        table_del(kv, tkey_of(b->hash));
+    if (f & KV_HASHED)
+        table_del(kv, kv->hash[i]);
     kv->evictions++;
     empty_push(kv, i);
     return true;
@@ -210,13 +217,14 @@ static bool evict_one(struct kvcache *kv)
 
 void kv_acquire(struct kvcache *kv, uint32_t i)
 {
-    struct kv_block *b = &kv->b[i];
-    if (b->ref == 0) {
-        ASSERT(b->flags & KV_LRU);
+    uint32_t st = kv->st[i];
+    if (kv_st_ref(st) == 0) {
+        ASSERT(kv_st_flags(st) & KV_LRU);
         lru_take(kv, i);
         kv->used_blocks++;
     }
-    b->ref++;
+    ASSERT(kv_st_ref(kv->st[i]) < KV_REF_MASK);
+    kv->st[i]++;
 }
 
 uint32_t kv_alloc(struct kvcache *kv)
@@ -227,35 +235,37 @@ uint32_t kv_alloc(struct kvcache *kv)
     kv->free_units--;
     uint32_t i = kv->empty_head;
     if (i != KV_NONE) {
-        kv->empty_head = kv->b[i].next;
+        kv->empty_head = kv->next[i];
     } else {
         if (kv->n_made == kv->cap_made) {
             kv->cap_made = kv->cap_made ? kv->cap_made * 2 : 1024;
-            kv->b = xrealloc(kv->b, (size_t)kv->cap_made * sizeof *kv->b);
+            kv->st = xrealloc(kv->st, (size_t)kv->cap_made * sizeof *kv->st);
+            kv->hash = xrealloc(kv->hash, (size_t)kv->cap_made * sizeof *kv->hash);
+            kv->gen = xrealloc(kv->gen, (size_t)kv->cap_made * sizeof *kv->gen);
+            kv->next = xrealloc(kv->next, (size_t)kv->cap_made * sizeof *kv->next);
         }
         i = kv->n_made++;
-        kv->b[i].gen = 0;
+        kv->gen[i] = 0;
     }
-    struct kv_block *b = &kv->b[i];
-    b->hash = 0;
-    b->ref = 1;
-    b->next = KV_NONE;
-    b->flags = 0;
+    kv->hash[i] = 0;
+    kv->next[i] = KV_NONE;
+    kv->st[i] = 1;
     kv->used_blocks++;
     return i;
 }
 
 void kv_release(struct kvcache *kv, uint32_t i)
 {
-    struct kv_block *b = &kv->b[i];
-    ASSERT(b->ref > 0);
-    if (--b->ref)
+    uint32_t st = kv->st[i];
+    ASSERT(kv_st_ref(st) > 0);
+    kv->st[i] = --st;
+    if (kv_st_ref(st))
         return;
     kv->used_blocks--;
-    if (b->flags & KV_HASHED) {
+    if (kv_st_flags(st) & KV_HASHED) {
         lru_push(kv, i);
     } else {
-        ASSERT(!(b->flags & KV_CKPT));
+        ASSERT(!(kv_st_flags(st) & KV_CKPT));
         kv->free_units++;
         empty_push(kv, i);
     }
@@ -263,8 +273,8 @@ void kv_release(struct kvcache *kv, uint32_t i)
 
 void kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash)
 {
-    struct kv_block *b = &kv->b[i];
-    if (b->flags & KV_HASHED)
+    uint32_t f = kv_flags(kv, i);
+    if (f & KV_HASHED)
         return;
     if ((kv->tn + 1) * 2 > kv->tcap)
         table_grow(kv);
@@ -278,23 +288,25 @@ void kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash)
     kv->t[p].key = k;
     kv->t[p].val = i;
     kv->tn++;
-    b->hash = k;
-    b->flags |= KV_HASHED;
+    kv->hash[i] = k;
+    set_flags(kv, i, f | KV_HASHED);
 }
 
 int kv_checkpoint(struct kvcache *kv, uint32_t i)
 {
-    struct kv_block *b = &kv->b[i];
-    if (!kv->ckpt_units || !(b->flags & KV_HASHED) || (b->flags & KV_CKPT))
-        return (b->flags & KV_CKPT) ? 0 : -1;
-    ASSERT(b->ref > 0);
+    uint32_t f = kv_flags(kv, i);
+    if (f & KV_CKPT)
+        return 0;
+    if (!kv->ckpt_units || !(f & KV_HASHED))
+        return -1;
+    ASSERT(kv_ref(kv, i) > 0);
     if (kv->free_units + kv->lru_units < kv->ckpt_units)
         return -1;
     while (kv->free_units < kv->ckpt_units)
         if (!evict_one(kv))
             return -1;
     kv->free_units -= kv->ckpt_units;
-    b->flags |= KV_CKPT;
+    set_flags(kv, i, f | KV_CKPT);
     kv->n_ckpt++;
     kv->ckpt_made++;
     return 0;
@@ -304,22 +316,22 @@ int kv_verify(const struct kvcache *kv, char *err)
 {
     int64_t in_use = 0, lru = 0, lru_units = 0, hashed = 0, ckpt = 0, ckpt_in_use = 0;
     for (uint32_t i = 0; i < kv->n_made; i++) {
-        const struct kv_block *b = &kv->b[i];
-        if (b->flags & KV_HASHED) {
+        uint32_t f = kv_flags(kv, i), ref = kv_ref(kv, i);
+        if (f & KV_HASHED) {
             hashed++;
-            if (kv_lookup(kv, b->hash) != i)
+            if (kv_lookup(kv, kv->hash[i]) != i)
                 return err_set(err, "kv: block %u hash not in table", i);
         }
-        if (b->flags & KV_CKPT) {
+        if (f & KV_CKPT) {
             ckpt++;
-            if (!(b->flags & KV_HASHED))
+            if (!(f & KV_HASHED))
                 return err_set(err, "kv: block %u has a checkpoint but no hash", i);
         }
-        if (b->ref > 0) {
+        if (ref > 0) {
             in_use++;
-            if (b->flags & KV_LRU)
+            if (f & KV_LRU)
                 return err_set(err, "kv: block %u in use and on the LRU list", i);
-            if (b->flags & KV_CKPT)
+            if (f & KV_CKPT)
                 ckpt_in_use++;
         }
     }
@@ -329,18 +341,15 @@ int kv_verify(const struct kvcache *kv, char *err)
             return err_set(err, "kv: LRU entry names block %u of %u", e.block, kv->n_made);
         if (!entry_live(kv, e))
             continue;
-        const struct kv_block *b = &kv->b[e.block];
-        if (b->ref || !(b->flags & KV_HASHED))
+        uint32_t f = kv_flags(kv, e.block);
+        if (kv_ref(kv, e.block) || !(f & KV_HASHED))
             return err_set(err, "kv: LRU block %u in use or unhashed", e.block);
         lru++;
-        lru_units += block_units(kv, b);
+        lru_units += units_of(kv, f);
     }
-    for (uint32_t i = 0; i < kv->n_made; i++)
-        if ((kv->b[i].flags & KV_LRU) && kv->b[i].ref)
-            return err_set(err, "kv: block %u in use and marked cached", i);
     int64_t empty = 0;
-    for (uint32_t i = kv->empty_head; i != KV_NONE; i = kv->b[i].next) {
-        if (kv->b[i].ref || kv->b[i].flags)
+    for (uint32_t i = kv->empty_head; i != KV_NONE; i = kv->next[i]) {
+        if (kv->st[i])
             return err_set(err, "kv: empty block %u is not empty", i);
         if (++empty > kv->n_made)
             return err_set(err, "kv: empty stack has a cycle");

@@ -316,7 +316,7 @@ static void release_blocks(struct sched *s, struct sreq *q)
     /* Tail first, so that chain tails are evicted before their heads. */
     for (uint32_t i = q->n_blk; i-- > 0;) {
         if (i >= 16)
-            __builtin_prefetch(&s->kv.b[q->blk[i - 16]]);
+            __builtin_prefetch(&s->kv.st[q->blk[i - 16]]);
         kv_release(&s->kv, q->blk[i]);
     }
     q->n_blk = 0;
@@ -485,9 +485,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
             while (m < lim && h->hash[m] == q->hash[m]) {
                 uint32_t b = h->blk[m];
                 if (m + 8 < lim)
-                    __builtin_prefetch(&s->kv.b[h->blk[m + 8]]);
-                if (b >= s->kv.n_made || !(s->kv.b[b].flags & KV_HASHED) ||
-                    s->kv.b[b].hash != (q->hash[m] ? q->hash[m] : 1))
+                    __builtin_prefetch(&s->kv.hash[h->blk[m + 8]]);
+                if (b >= s->kv.n_made || !kv_holds(&s->kv, b, q->hash[m]))
                     break;
                 q->blk[m++] = b;
             }
@@ -581,7 +580,7 @@ static bool schedule(struct sched *s, int64_t now)
                 break;
             for (uint32_t k = 0; k < m; k++) {
                 if (k + 16 < m)
-                    __builtin_prefetch(&s->kv.b[q->blk[k + 16]]);
+                    __builtin_prefetch(&s->kv.st[q->blk[k + 16]]);
                 kv_acquire(&s->kv, q->blk[k]);
             }
             q->n_blk = m;
@@ -911,7 +910,7 @@ int sched_verify(const struct sched *s, char *err)
                            s->index, (unsigned long long)q->r->id, q->n_blk,
                            (long long)q->num_computed);
         for (uint32_t b = 0; b < q->n_blk; b++) {
-            if (q->blk[b] >= s->kv.n_made || s->kv.b[q->blk[b]].ref == 0)
+            if (q->blk[b] >= s->kv.n_made || kv_ref(&s->kv, q->blk[b]) == 0)
                 return err_set(err, "sched %d: request %llu holds a free block", s->index,
                                (unsigned long long)q->r->id);
         }
