@@ -25,7 +25,6 @@ void kv_free(struct kvcache *kv)
 {
     free(kv->st);
     free(kv->hash);
-    free(kv->gen);
     free(kv->next);
     free(kv->t);
     free(kv->q);
@@ -34,7 +33,8 @@ void kv_free(struct kvcache *kv)
 
 static inline void set_flags(struct kvcache *kv, uint32_t i, uint32_t f)
 {
-    kv->st[i] = kv_st_ref(kv->st[i]) | f << KV_FLAG_SHIFT;
+    uint64_t st = kv->st[i];
+    kv->st[i] = (st & ~((uint64_t)0xff << KV_FLAG_SHIFT)) | (uint64_t)f << KV_FLAG_SHIFT;
 }
 
 /* ---- hash table ---- */
@@ -120,7 +120,8 @@ static inline int64_t units_of(const struct kvcache *kv, uint32_t flags)
 
 static inline bool entry_live(const struct kvcache *kv, struct kv_lru_entry e)
 {
-    return (kv_flags(kv, e.block) & KV_LRU) && kv->gen[e.block] == e.gen;
+    uint64_t st = kv->st[e.block];
+    return (kv_st_flags(st) & KV_LRU) && kv_st_gen(st) == e.gen;
 }
 
 /* Drops stale entries, keeping the order of the live ones. */
@@ -155,9 +156,10 @@ static void lru_push(struct kvcache *kv, uint32_t i)
             kv->q_cap *= 2;
         }
     }
-    uint32_t f = kv_flags(kv, i) | KV_LRU;
-    set_flags(kv, i, f);
-    uint32_t g = ++kv->gen[i];
+    uint64_t st = kv->st[i];
+    uint32_t f = kv_st_flags(st) | KV_LRU;
+    uint32_t g = kv_st_gen(st) + 1;
+    kv->st[i] = kv_st_ref(st) | (uint64_t)f << KV_FLAG_SHIFT | (uint64_t)g << KV_GEN_SHIFT;
     kv->q[(kv->q_head + kv->q_len) & (kv->q_cap - 1)] = (struct kv_lru_entry){i, g};
     kv->q_len++;
     kv->n_lru++;
@@ -187,7 +189,7 @@ uint32_t kv_lru_oldest(struct kvcache *kv)
 
 static void empty_push(struct kvcache *kv, uint32_t i)
 {
-    kv->st[i] = 0;
+    kv->st[i] &= (uint64_t)0xffffffff << KV_GEN_SHIFT; /* keep the generation */
     kv->next[i] = kv->empty_head;
     kv->empty_head = i;
 }
@@ -217,7 +219,7 @@ static bool evict_one(struct kvcache *kv)
 
 void kv_acquire(struct kvcache *kv, uint32_t i)
 {
-    uint32_t st = kv->st[i];
+    uint64_t st = kv->st[i];
     if (kv_st_ref(st) == 0) {
         ASSERT(kv_st_flags(st) & KV_LRU);
         lru_take(kv, i);
@@ -241,22 +243,21 @@ uint32_t kv_alloc(struct kvcache *kv)
             kv->cap_made = kv->cap_made ? kv->cap_made * 2 : 1024;
             kv->st = xrealloc(kv->st, (size_t)kv->cap_made * sizeof *kv->st);
             kv->hash = xrealloc(kv->hash, (size_t)kv->cap_made * sizeof *kv->hash);
-            kv->gen = xrealloc(kv->gen, (size_t)kv->cap_made * sizeof *kv->gen);
             kv->next = xrealloc(kv->next, (size_t)kv->cap_made * sizeof *kv->next);
         }
         i = kv->n_made++;
-        kv->gen[i] = 0;
+        kv->st[i] = 0;
     }
     kv->hash[i] = 0;
     kv->next[i] = KV_NONE;
-    kv->st[i] = 1;
+    kv->st[i] = (kv->st[i] & ((uint64_t)0xffffffff << KV_GEN_SHIFT)) | 1;
     kv->used_blocks++;
     return i;
 }
 
 void kv_release(struct kvcache *kv, uint32_t i)
 {
-    uint32_t st = kv->st[i];
+    uint64_t st = kv->st[i];
     ASSERT(kv_st_ref(st) > 0);
     kv->st[i] = --st;
     if (kv_st_ref(st))
@@ -349,7 +350,7 @@ int kv_verify(const struct kvcache *kv, char *err)
     }
     int64_t empty = 0;
     for (uint32_t i = kv->empty_head; i != KV_NONE; i = kv->next[i]) {
-        if (kv->st[i])
+        if (kv_st_ref(kv->st[i]) || kv_st_flags(kv->st[i]))
             return err_set(err, "kv: empty block %u is not empty", i);
         if (++empty > kv->n_made)
             return err_set(err, "kv: empty stack has a cycle");

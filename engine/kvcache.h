@@ -36,13 +36,15 @@ enum {
 };
 
 /* Block state is kept as arrays (structure of arrays): a prefix hit or a
- * release touches one 4-byte word per block (`st`: reference count and
- * flags), so the words of 160k blocks (640 KB) mostly stay in cache where
- * 24-byte structs (3.8 MB) would not. */
+ * release touches one 8-byte word per block (`st`: reference count,
+ * flags and the LRU generation), so the words of 160k blocks (1.3 MB)
+ * mostly stay in cache where 24-byte structs (3.8 MB) would not. */
 #define KV_REF_MASK 0x00ffffffu
 #define KV_FLAG_SHIFT 24
-static inline uint32_t kv_st_ref(uint32_t st) { return st & KV_REF_MASK; }
-static inline uint32_t kv_st_flags(uint32_t st) { return st >> KV_FLAG_SHIFT; }
+#define KV_GEN_SHIFT 32
+static inline uint32_t kv_st_ref(uint64_t st) { return (uint32_t)st & KV_REF_MASK; }
+static inline uint32_t kv_st_flags(uint64_t st) { return (uint32_t)(st >> KV_FLAG_SHIFT) & 0xff; }
+static inline uint32_t kv_st_gen(uint64_t st) { return (uint32_t)(st >> KV_GEN_SHIFT); }
 
 /* One slot of the hash table: key 0 = empty. */
 struct kv_slot {
@@ -66,9 +68,9 @@ struct kvcache {
     int64_t ckpt_units;      /* units one checkpoint costs (0: no checkpoints) */
     int64_t used_blocks;     /* blocks with ref > 0 */
     int64_t n_ckpt;          /* checkpoints alive */
-    uint32_t *st;            /* per block: ref | flags << 24 */
+    uint64_t *st;            /* per block: ref | flags << 24 | gen << 32 (gen
+                                bumped at each release to the LRU queue) */
     uint64_t *hash;          /* per block: content hash (with KV_HASHED) */
-    uint32_t *gen;           /* per block: bumped at each release to the LRU */
     uint32_t *next;          /* per block: empty stack link */
     uint32_t n_made, cap_made;
     uint32_t empty_head;     /* stack of empty made blocks */
