@@ -33,8 +33,10 @@ static const int pct_list[NPCT] = {50, 75, 90, 95, 99};
 
 /* CDF resolution: quantiles at fractions 0, 1/CDF_STEPS, ..., 1. */
 #define CDF_STEPS 500
-/* Timelines longer than this many rows are averaged into this many bins. */
-#define TIMELINE_MAX_ROWS 1500
+/* Timelines longer than this many rows (seconds) are averaged into bins of
+ * whole seconds, at most this many: about two points per pixel column of
+ * a panel at the default size. */
+#define TIMELINE_MAX_ROWS 400
 /* Tokens/s in the timeline: trailing means over this many seconds. */
 #define TOKENS_WINDOW_S 10.0
 
@@ -973,6 +975,7 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
     int blocks = 0, rc = 0;
     double tmax = 0, cmax[NC] = {0}, cmin_pos[NC];
     int hit_over = 0; /* seconds whose hit rate exceeds 100 % (off scale) */
+    int maxbin = 1;   /* rows (seconds) per point */
     for (int k = 0; k < NC; k++)
         cmin_pos[k] = INFINITY;
     struct sbuf has[NC]; /* per column: the blocks with values in it */
@@ -1006,6 +1009,7 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
                     TOKENS_WINDOW_S, TOKENS_WINDOW_S);
             /* rows averaged into bins when long, NaN where absent */
             int bin = (c.nrows + TIMELINE_MAX_ROWS - 1) / TIMELINE_MAX_ROWS;
+            maxbin = bin > maxbin ? bin : maxbin;
             int nb = 0;
             double(*v)[NC] = xmalloc(sizeof *v * (size_t)(c.nrows / bin + 1));
             for (int a = 0; a < c.nrows && !rc; a += bin) {
@@ -1093,10 +1097,10 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
         top[k] = cmax[k] > 0 ? cmax[k] * 1.08 : 1;
     snprintf(ch->vars, sizeof ch->vars,
              "n=%d; tunit=%d; tmax=%.6g; ylive=%.6g; yrun=%.6g; ywait=%.6g; ytok=%.6g; "
-             "hitover=%d; logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; "
+             "binsec=%d; hitover=%d; logtok=%d; l2='%s'; l3='%s'; l4='%s'; l5='%s'; l6='%s'; "
              "l7='%s'; l8='%s'; sub='%s'; warn='%s'",
              blocks, tmax > 7200 ? 60 : 1, tmax, top[1], top[2], top[3], fmax(top[6], top[7]),
-             hit_over,
+             maxbin, hit_over,
              want_log(fmin(cmin_pos[6], cmin_pos[7]), fmax(cmax[6], cmax[7]), 1000), has[1].p,
              has[2].p, has[3].p, has[4].p, has[5].p, has[6].p, has[7].p, cl, warn);
     for (int k = 0; k < NC; k++)
@@ -1104,13 +1108,14 @@ static int write_timeline(const struct set *s, int conc, const char *warn, const
     snprintf(ch->data, sizeof ch->data, "timeline_data.csv");
     snprintf(ch->about, sizeof ch->about,
              "The run at %s over its own clock (simulated time for sim runs, real time for "
-             "load runs), one value per second%s: live sessions and running calls, calls "
+             "load runs), %s: live sessions and running calls, calls "
              "waiting for admission, KV cache in use (%% of blocks), prefix-cache hit rate "
              "(%% of the prompt tokens of that second served from cache; seconds without "
              "prompts have no point), and tokens/s of the whole deployment (total = input "
              "incl. cached + output, and output only; trailing %.0f s means, since a "
              "prefill makes single seconds spike).%s%s%s",
-             cl, tmax > 2 * TIMELINE_MAX_ROWS ? " (averaged over bins)" : "", TOKENS_WINDOW_S,
+             cl, maxbin > 1 ? "means over bins of whole seconds" : "one value per second",
+             TOKENS_WINDOW_S,
              *warn ? " **" : "", warn, *warn ? "**" : "");
     return 1;
 }

@@ -6,7 +6,7 @@
 # output_tokens_per_s.
 # Variables: n (blocks), l2..l8 (the blocks with values in columns 2..8),
 # tunit (1: seconds, 60: minutes), tmax (s), logtok (log tokens/s axis), ylive, yrun,
-# ywait, ytok (axis tops), hitover (seconds with a hit rate over 100 %), sub (the run shown), warn (a warning in red, or
+# ywait, ytok (axis tops), binsec (seconds per point), hitover (seconds with a hit rate over 100 %), sub (the run shown), warn (a warning in red, or
 # '').
 if (!exists("data")) data = 'timeline_data.csv'
 if (!exists("tunit")) tunit = 1
@@ -16,6 +16,7 @@ if (!exists("ylive")) ylive = 1
 if (!exists("tmax")) tmax = 0
 if (!exists("logtok")) logtok = 0
 if (!exists("hitover")) hitover = 0
+if (!exists("binsec")) binsec = 1
 if (!exists("yrun")) yrun = 1
 if (!exists("ywait")) ywait = 1
 if (!exists("ytok")) ytok = 1
@@ -35,7 +36,7 @@ nodata = "set label 98 'no data' at graph 0.5, graph 0.5 center; plot NaN notitl
 tl = (tunit == 60) ? "time (min)" : "time (s)"
 top = 1 - ((warn ne '') ? 5.8 : 4.2) * chy
 bot = ((n < 3) ? n : 3) * chy * 1.4 + 4.5 * chy
-set multiplot layout 2,3 title sprintf("Timeline of the run at %s (one value per second)", sub) font f_title margins 10 * chx,0.985,bot,top spacing 11 * chx,6.0 * chy
+set multiplot layout 2,3 title sprintf("Timeline of the run at %s (%s)", sub, (binsec > 1) ? sprintf("means over %d s", binsec) : "one value per second") font f_title margins 10 * chx,0.985,bot,top spacing 11 * chx,6.0 * chy
 if (warn ne '') set label 99 warn at screen 0.5, 1 - 2.7 * chy center textcolor rgb '#B00000' font f_warn
 set xlabel tl
 # about one x tic per 90 pixels of a panel, at a round step
@@ -80,7 +81,7 @@ if (strlen(l5) > 0) {
 set title "Prefix-cache hit rate (seconds with prompts)"
 set ylabel "% of prompt tokens"
 set yrange [0:105]
-if (hitover > 0) { set label 97 sprintf("%d s above 100 %% (off scale)", hitover) at graph 0.98, graph 0.06 right textcolor rgb '#B00000' font f_small }
+if (hitover > 0) { set label 97 sprintf("%d point%s above 100 %% (off scale)", hitover, (hitover > 1) ? "s" : "") at graph 0.98, graph 0.06 right textcolor rgb '#B00000' font f_small }
 if (strlen(l6) > 0) {
     plot for [w in l6] data index int(w) using ($1/tunit):6 with points lt (int(w)+1) pt 7 ps 0.35 notitle
 } else { @nodata }
