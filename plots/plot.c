@@ -524,7 +524,10 @@ static int load_sweep(struct set *s, const char *sdir, char *err)
             snprintf(p->label, sizeof p->label, "TP%dx%d %s", p->tp, p->replicas, p->backend);
         const char *d = csv_str_at(&c, r, "dir");
         if (*d) {
-            snprintf(p->dir, sizeof p->dir, "%s/%s", sdir, d);
+            if (*d == '/')
+                scopy(p->dir, sizeof p->dir, d);
+            else
+                snprintf(p->dir, sizeof p->dir, "%s/%s", sdir, d);
             if (!dir_exists(p->dir))
                 p->dir[0] = 0;
             else if (file_exists((snprintf(path, sizeof path, "%s/run.json", p->dir), path)))
