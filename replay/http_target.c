@@ -355,7 +355,7 @@ static void easy_common(struct http_target *t, struct hcall *h)
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t->cfg.connect_timeout_ns / NS_PER_MS));
-    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 1024L);
     curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 16384L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
