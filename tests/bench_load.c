@@ -163,8 +163,9 @@ static int run_load(int port, const char *trace, char *const *extra, struct row 
     r->records = json_number_value(json_object_get(req, "total"));
     r->errors = json_number_value(json_object_get(req, "errors"));
     r->tokens = json_number_value(json_object_get(m, "output_tokens"));
-    double end = json_number_value(json_object_get(json_object_get(run, "run"), "end_s"));
-    r->calls_s = end > 0 ? r->records / end : 0;
+    double sent = json_number_value(json_object_get(json_object_get(run, "run"), "calls_sent"));
+    double dur = json_number_value(json_object_get(run, "duration_s"));
+    r->calls_s = dur > 0 ? sent / dur : 0; /* sent per second of schedule */
     json_decref(run);
     return 0;
 }
@@ -193,6 +194,8 @@ int main(void)
     }
     printf("load generator on loopback against serve --fake (%ld CPUs; open files %llu)\n",
            sysconf(_SC_NPROCESSORS_ONLN), (unsigned long long)rl.rlim_cur);
+    printf("calls/s: calls sent per second of the schedule (open loop: compare with the offered\n"
+           "rate; arrivals the generator could not keep up with are missing, not late).\n");
     printf("%-26s %9s %9s %9s %9s %8s %7s %10s %7s\n", "run", "calls/s", "lagP50ms", "lagP99ms", "lagMaxms",
            "RSS MB", "CPU s", "CPUs/Mtok", "errors");
 
@@ -214,7 +217,8 @@ int main(void)
         char *extra[] = {"--arrival", arr, "--duration", quick ? "2" : "4", "--grace", "10", NULL};
         if (run_load(port, t1, extra, &r, 60) == 0) {
             print_row(&r);
-            if (r.lag_p99 < 1.0 && r.errors == 0 && r.calls_s > best_ok_rate)
+            if (r.lag_p99 < 1.0 && r.errors == 0 && r.calls_s > 0.95 * atof(rates[i]) &&
+                r.calls_s > best_ok_rate)
                 best_ok_rate = r.calls_s;
         } else {
             printf("%-26s failed\n", r.what);
