@@ -75,13 +75,16 @@ struct trace_call {
 struct trace_session {
     uint32_t parent;       /* parent session, TRACE_NONE for a root */
     uint32_t root;         /* root of its tree (itself for a root) */
-    uint32_t first_call;   /* its calls are calls[first_call ..+ n_calls) */
+    uint32_t first_call;   /* its calls are calls[first_call ..+ n_calls);
+                              n_calls may be 0 (an empty subagent) */
     uint32_t n_calls;
     uint32_t first_child;  /* first subagent forked from it, TRACE_NONE */
     uint32_t next_sibling; /* next subagent of the same parent, in fork order */
     uint32_t fork_after;   /* parent's call index after whose end it forks;
                               TRACE_NONE: at the parent's start */
-    int64_t fork_t_ns;     /* recorded fork time, offset from the parent's start */
+    int64_t fork_t_ns;     /* recorded fork time (the subagent's start),
+                              offset from the parent's start; AgentX:
+                              t - duration_ms (traces/FORMAT.md) */
     int64_t fork_gap_ns;   /* recorded gap from that call's end to the fork */
     int64_t duration_ns;   /* recorded duration, -1 if not recorded */
     bool join;             /* the parent waits for it before its next call */
@@ -163,6 +166,7 @@ struct trace_stats {
     uint64_t prompt_tokens, output_tokens;
     double prompt_p[5], output_p[5], think_p[5], calls_per_session_p[5];
                                    /* p50, p90, p99, mean, max */
+    uint64_t think_samples;        /* calls with a recorded think time */
     double hit_rate_tokens;        /* theoretical, token-weighted */
     double hit_rate_blocks;        /* block-weighted */
     double hit_rate_full_blocks;   /* only full blocks counted */

@@ -127,7 +127,10 @@ static int cmd_stats(int argc, char **argv)
                    s.hit_rate_tokens, s.hit_rate_blocks, s.hit_rate_full_blocks);
             print_p("prompt tokens", s.prompt_p, "");
             print_p("output tokens", s.output_p, "");
-            print_p("think time", s.think_p, " s");
+            if (s.think_samples)
+                print_p("think time", s.think_p, " s");
+            else
+                printf("  %-18s not recorded\n", "think time");
             print_p("calls per session", s.calls_per_session_p, "");
             printf("  block ids stored %llu of %llu, digest %016llx\n",
                    (unsigned long long)t->stored_block_ids,

@@ -121,6 +121,7 @@ void trace_stats_compute(const struct trace *t, struct trace_stats *s)
         if (t->calls[i].think_ns >= 0)
             v[k++] = (double)t->calls[i].think_ns / 1e9;
     percentiles(v, k, s->think_p);
+    s->think_samples = k;
 
     /* Calls per root tree, and the recorded duration: the span of the
      * timestamped calls, or the longest tree's span (trees replay side by
@@ -230,7 +231,7 @@ json_t *trace_stats_json(const struct trace *t, const struct trace_stats *s)
                         json_real(s->hit_rate_full_blocks));
     json_object_set_new(o, "prompt_tokens_p", pjson(s->prompt_p));
     json_object_set_new(o, "output_tokens_p", pjson(s->output_p));
-    json_object_set_new(o, "think_time_s_p", pjson(s->think_p));
+    json_object_set_new(o, "think_time_s_p", s->think_samples ? pjson(s->think_p) : json_null());
     json_object_set_new(o, "calls_per_session_p", pjson(s->calls_per_session_p));
     json_object_set_new(o, "block_ids_total", json_integer((json_int_t)t->total_block_ids));
     json_object_set_new(o, "block_ids_stored", json_integer((json_int_t)t->stored_block_ids));
