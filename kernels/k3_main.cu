@@ -122,6 +122,10 @@ static int parse(int argc, char **argv, opts &o)
             return -1;
         }
     }
+    if (o.tp != 1 && o.tp != 2 && o.tp != 4 && o.tp != 8 && o.tp != 16) {
+        fprintf(stderr, "agentreplay-kernels: --tp 1, 2, 4, 8 or 16\n");
+        return -1;
+    }
     if (o.ctx < 1 || o.ctx > 1 << 20 || o.iters < 3) {
         fprintf(stderr, "agentreplay-kernels: --ctx 1..1048576, --iters >= 3\n");
         return -1;
