@@ -124,20 +124,100 @@ static inline bool entry_live(const struct kvcache *kv, struct kv_lru_entry e)
     return (kv_st_flags(st) & KV_LRU) && kv_st_gen(st) == e.gen;
 }
 
-/* Drops stale entries, keeping the order of the live ones. */
+/* Drops stale entries in place, keeping the order of the live ones (the
+ * write position never passes the read position). */
 static void lru_compact(struct kvcache *kv)
 {
     uint64_t m = kv->q_cap - 1, w = 0;
-    struct kv_lru_entry *nq = xmalloc(kv->q_cap * sizeof *nq);
     for (uint64_t i = 0; i < kv->q_len; i++) {
         struct kv_lru_entry e = kv->q[(kv->q_head + i) & m];
         if (entry_live(kv, e))
-            nq[w++] = e;
+            kv->q[(kv->q_head + w++) & m] = e;
     }
+    kv->q_len = w;
+}
+
+static void empty_push(struct kvcache *kv, uint32_t i);
+
+/* Makes room in the LRU queue for n more entries. */
+static void lru_reserve(struct kvcache *kv, uint64_t n)
+{
+    if (kv->q_len + n <= kv->q_cap)
+        return;
+    if (kv->q_len > 2 * (uint64_t)kv->n_lru + 1024)
+        lru_compact(kv);
+    if (kv->q_len + n <= kv->q_cap)
+        return;
+    uint64_t cap = kv->q_cap;
+    while (kv->q_len + n > cap)
+        cap *= 2;
+    struct kv_lru_entry *nq = xmalloc(cap * sizeof *nq);
+    for (uint64_t k = 0; k < kv->q_len; k++)
+        nq[k] = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
     free(kv->q);
     kv->q = nq;
     kv->q_head = 0;
-    kv->q_len = w;
+    kv->q_cap = cap;
+}
+
+void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
+{
+    lru_reserve(kv, n);
+    uint64_t *st = kv->st;
+    struct kv_lru_entry *q = kv->q;
+    uint64_t m = kv->q_cap - 1, tail = kv->q_head + kv->q_len;
+    int64_t freed = 0, pushed = 0, units = 0;
+    for (uint32_t k = n; k-- > 0;) {
+        uint32_t i = blk[k];
+        if (k >= 16)
+            __builtin_prefetch(&st[blk[k - 16]]);
+        uint64_t s = st[i];
+        ASSERT(kv_st_ref(s) > 0);
+        s--;
+        if (kv_st_ref(s)) {
+            st[i] = s;
+            continue;
+        }
+        freed++;
+        uint32_t f = kv_st_flags(s);
+        if (f & KV_HASHED) {
+            uint32_t g = kv_st_gen(s) + 1;
+            st[i] = (uint64_t)(f | KV_LRU) << KV_FLAG_SHIFT | (uint64_t)g << KV_GEN_SHIFT;
+            q[tail++ & m] = (struct kv_lru_entry){i, g};
+            pushed++;
+            units += units_of(kv, f);
+        } else {
+            ASSERT(!(f & KV_CKPT));
+            st[i] = s;
+            kv->free_units++;
+            empty_push(kv, i);
+        }
+    }
+    kv->q_len += (uint64_t)pushed;
+    kv->n_lru += pushed;
+    kv->lru_units += units;
+    kv->used_blocks -= freed;
+}
+
+void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
+{
+    uint64_t *st = kv->st;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = blk[k];
+        if (k + 16 < n)
+            __builtin_prefetch(&st[blk[k + 16]]);
+        uint64_t s = st[i];
+        if (kv_st_ref(s) == 0) {
+            uint32_t f = kv_st_flags(s);
+            ASSERT(f & KV_LRU);
+            kv->lru_units -= units_of(kv, f);
+            kv->n_lru--;
+            kv->used_blocks++;
+            s &= ~((uint64_t)KV_LRU << KV_FLAG_SHIFT);
+        }
+        ASSERT(kv_st_ref(s) < KV_REF_MASK);
+        st[i] = s + 1;
+    }
 }
 
 static void lru_push(struct kvcache *kv, uint32_t i)

@@ -148,9 +148,10 @@ void sched_free(struct sched *s)
         n = q->wnext;
         sreq_destroy(q);
     }
-    for (uint32_t i = 0; i < s->hint_len; i++)
-        sreq_destroy(s->hint_fifo[(s->hint_head + i) % s->hint_cap]);
-    free(s->hint_fifo);
+    for (struct sreq *q = s->hint_first, *n; q; q = n) {
+        n = q->wnext;
+        sreq_destroy(q);
+    }
     free(s->hint);
     free(s->running);
     free(s->batch);
@@ -305,20 +306,34 @@ static uint64_t block_hash(const struct sreq *q, uint32_t i)
 static void ensure_hashes(struct sreq *q, uint32_t upto)
 {
     ASSERT(upto <= q->cap_hash);
-    while (q->n_hash < upto) {
-        q->hash[q->n_hash] = block_hash(q, q->n_hash);
-        q->n_hash++;
+    uint32_t i = q->n_hash;
+    /* Chain blocks without a division per block. */
+    uint32_t chain_end = (int64_t)upto < q->n_chain ? upto : (uint32_t)q->n_chain;
+    if (i < chain_end) {
+        uint32_t ratio = q->chain_ratio, id = i / ratio, sub = i % ratio;
+        uint64_t prev = i ? q->hash[i - 1] : q->chain_seed, seed = q->chain_seed;
+        const uint64_t *ids = q->r->blocks;
+        for (; i < chain_end; i++) {
+            uint64_t content = (ids[id] ^ seed) * 0x9e3779b97f4a7c15ULL + sub;
+            prev = fmix(prev * 0x94d049bb133111ebULL ^ content);
+            q->hash[i] = prev;
+            if (++sub == ratio) {
+                sub = 0;
+                id++;
+            }
+        }
     }
+    for (; i < upto; i++) {
+        q->n_hash = i;
+        q->hash[i] = block_hash(q, i);
+    }
+    q->n_hash = upto > q->n_hash ? upto : q->n_hash;
 }
 
 static void release_blocks(struct sched *s, struct sreq *q)
 {
     /* Tail first, so that chain tails are evicted before their heads. */
-    for (uint32_t i = q->n_blk; i-- > 0;) {
-        if (i >= 16)
-            __builtin_prefetch(&s->kv.st[q->blk[i - 16]]);
-        kv_release(&s->kv, q->blk[i]);
-    }
+    kv_release_chain(&s->kv, q->blk, q->n_blk);
     q->n_blk = 0;
     q->n_committed = 0;
 }
@@ -349,40 +364,43 @@ static inline uint32_t hint_slot(uint64_t key)
     return (uint32_t)hash_mix(key, 0x68696e74) & (SCHED_HINTS - 1);
 }
 
+static void hint_drop(struct sched *s, struct sreq *h)
+{
+    if (h->wprev)
+        h->wprev->wnext = h->wnext;
+    else
+        s->hint_first = h->wnext;
+    if (h->wnext)
+        h->wnext->wprev = h->wprev;
+    else
+        s->hint_last = h->wprev;
+    s->hint_bytes -= h->bytes;
+    uint32_t k = hint_slot(h->hint_key);
+    if (s->hint[k] == h)
+        s->hint[k] = NULL;
+    sreq_destroy(h);
+}
+
 /* Makes q its session's hint; drops the oldest hints beyond the budget. */
 static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
 {
-    if (!s->hint) {
+    if (!s->hint)
         s->hint = xcalloc(SCHED_HINTS, sizeof *s->hint);
-        s->hint_cap = 256;
-        s->hint_fifo = xmalloc(s->hint_cap * sizeof *s->hint_fifo);
-    }
     q->hint_key = key;
-    q->in_slot = true;
     uint32_t k = hint_slot(key);
     if (s->hint[k])
-        s->hint[k]->in_slot = false;
+        hint_drop(s, s->hint[k]);
     s->hint[k] = q;
-    if (s->hint_len == s->hint_cap) {
-        struct sreq **nf = xmalloc(2 * s->hint_cap * sizeof *nf);
-        for (uint32_t i = 0; i < s->hint_len; i++)
-            nf[i] = s->hint_fifo[(s->hint_head + i) % s->hint_cap];
-        free(s->hint_fifo);
-        s->hint_fifo = nf;
-        s->hint_head = 0;
-        s->hint_cap *= 2;
-    }
-    s->hint_fifo[(s->hint_head + s->hint_len++) % s->hint_cap] = q;
+    q->wnext = NULL;
+    q->wprev = s->hint_last;
+    if (s->hint_last)
+        s->hint_last->wnext = q;
+    else
+        s->hint_first = q;
+    s->hint_last = q;
     s->hint_bytes += q->bytes;
-    while (s->hint_bytes > s->p.hint_budget && s->hint_len > 1) {
-        struct sreq *o = s->hint_fifo[s->hint_head];
-        s->hint_head = (s->hint_head + 1) % s->hint_cap;
-        s->hint_len--;
-        s->hint_bytes -= o->bytes;
-        if (o->in_slot)
-            s->hint[hint_slot(o->hint_key)] = NULL;
-        sreq_destroy(o);
-    }
+    while (s->hint_bytes > s->p.hint_budget && s->hint_first != q)
+        hint_drop(s, s->hint_first);
 }
 
 static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engine_status st)
@@ -578,11 +596,7 @@ static bool schedule(struct sched *s, int64_t now)
                 pinned += kv_block_lru_units(&s->kv, q->blk[k]);
             if (need > kv_available(&s->kv) - pinned)
                 break;
-            for (uint32_t k = 0; k < m; k++) {
-                if (k + 16 < m)
-                    __builtin_prefetch(&s->kv.st[q->blk[k + 16]]);
-                kv_acquire(&s->kv, q->blk[k]);
-            }
+            kv_acquire_chain(&s->kv, q->blk, m);
             q->n_blk = m;
             q->n_committed = m;
             q->num_computed = start;
@@ -592,6 +606,12 @@ static bool schedule(struct sched *s, int64_t now)
                 s->cached_tokens += start;
             }
             wq_remove(s, q);
+            if (s->hint) {
+                /* This call supersedes its session's hint. */
+                struct sreq *h = s->hint[hint_slot(q->r->session_key)];
+                if (h && h->hint_key == q->r->session_key)
+                    hint_drop(s, h);
+            }
             q->state = SREQ_RUNNING;
             q->prefilling = true;
             running_push(s, q);

@@ -114,7 +114,6 @@ struct sreq {
     uint32_t hint_n;         /* as a hint: full blocks [0, hint_n) were cached */
     uint64_t hint_key;       /* as a hint: its session_key */
     int64_t bytes;           /* its allocation */
-    bool in_slot;            /* as a hint: still the session's current one */
     int64_t hit_epoch;       /* kv evictions + 1 then (0: none); while no block
                                 was evicted since, blk[0, hit_m) still match */
     /* This step. */
@@ -163,11 +162,12 @@ struct sched {
      * indices), so that the session's next call finds its prefix by
      * comparing hashes in order instead of probing the table per block.
      * A hint only speeds the lookup up; a block counts only if it still
-     * holds that content. Direct-mapped by session key. */
+     * holds that content. Direct-mapped by session key; a hint is dropped
+     * once the session's next call is admitted (that call becomes the
+     * next hint), so the memory in use stays small and warm. */
     struct sreq **hint;
-    struct sreq **hint_fifo; /* hints in insertion order (ring) */
-    uint32_t hint_head, hint_len, hint_cap;
-    int64_t hint_bytes, hint_budget; /* memory the hints hold, and its cap */
+    struct sreq *hint_first, *hint_last; /* hints, oldest first (wnext) */
+    int64_t hint_bytes;      /* memory the hints hold (cap: p.hint_budget) */
     int64_t hint_hits;       /* blocks matched through a hint */
 };
 

@@ -118,7 +118,7 @@ static void test_random(void)
     kv_init(&kv, 200, 5);
     struct rng r;
     rng_init(&r, 42, 9);
-    uint32_t held[400];
+    uint32_t held[512];
     int n = 0;
     int bad = 0;
     for (int it = 0; it < 20000; it++) {
@@ -144,8 +144,29 @@ static void test_random(void)
             }
         }
         if (n >= 390) {
+            /* Half the time as one chain (tail first), as requests do. */
+            if (rng_below(&r, 2)) {
+                kv_release_chain(&kv, held, (uint32_t)n);
+                n = 0;
+            }
             while (n)
                 kv_release(&kv, held[--n]);
+        }
+        if (op == 9 && n < 300) {
+            /* Re-acquire a run of cached blocks as one chain. */
+            uint32_t run[64];
+            uint32_t k = 0;
+            for (uint32_t h = 1; h <= 500 && k < 64; h++) {
+                uint32_t b = kv_lookup(&kv, h);
+                bool dup = false;
+                for (uint32_t x = 0; x < k; x++)
+                    dup |= run[x] == b;
+                if (b != KV_NONE && !dup)
+                    run[k++] = b;
+            }
+            kv_acquire_chain(&kv, run, k);
+            for (uint32_t x = 0; x < k; x++)
+                held[n++] = run[x];
         }
         if (it % 97 == 0 && verify(&kv))
             bad++;
