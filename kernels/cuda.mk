@@ -16,17 +16,17 @@ NVFLAGS  := -std=c++17 -O3 -I. $(if $(NCCL_INC),-I$(NCCL_INC)) $(ARCHS) \
             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter --Werror all-warnings
 CFLAGS_K := -std=gnu11 -O2 -Wall -Wextra -Wno-unused-parameter -ffp-contract=off -I.
 
-C_SRC  := kernels/k3ref.c kernels/k3layer.c
+C_SRC  := kernels/k3ref.c kernels/k3layer.c kernels/k3calib.c
 CU_SRC := kernels/k3_kernels.cu kernels/k3_main.cu
 OBJS   := $(C_SRC:kernels/%.c=$(OBJ)/%.o) $(CU_SRC:kernels/%.cu=$(OBJ)/%.o)
 
 $(OUT)/agentreplay-kernels: $(OBJS)
 	$(NVCC) $(ARCHS) $(OBJS) -o $@ $(if $(NCCL_LIB),-L$(NCCL_LIB) -Xlinker -rpath=$(NCCL_LIB)) -lnccl -lcudart
 
-$(OBJ)/%.o: kernels/%.c kernels/k3layer.h kernels/k3ref.h kernels/k3num.h
+$(OBJ)/%.o: kernels/%.c kernels/k3layer.h kernels/k3ref.h kernels/k3num.h kernels/k3calib.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_K) -c $< -o $@
 
-$(OBJ)/%.o: kernels/%.cu kernels/k3_gpu.cuh kernels/k3layer.h kernels/k3ref.h kernels/k3num.h
+$(OBJ)/%.o: kernels/%.cu kernels/k3_gpu.cuh kernels/k3layer.h kernels/k3ref.h kernels/k3num.h kernels/k3calib.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@

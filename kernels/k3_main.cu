@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "kernels/k3_gpu.cuh"
+#include "kernels/k3calib.h"
 
 #define ncclCheck(call)                                                       \
     do {                                                                      \
@@ -416,17 +417,6 @@ static float nccl_allreduce_us(int ngpu, size_t count, int iters)
     return t.median();
 }
 
-static void preset_name(const char *dev, char *out, size_t n)
-{
-    /* "NVIDIA H200" -> "h200" (the engine's GPU preset names) */
-    const char *p = strncmp(dev, "NVIDIA ", 7) == 0 ? dev + 7 : dev;
-    size_t j = 0;
-    for (; *p && j + 1 < n; p++)
-        if (*p != ' ' && *p != '-')
-            out[j++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-    out[j] = 0;
-}
-
 static int cmd_bench(const opts &o)
 {
     std::vector<int> batches =
@@ -439,7 +429,7 @@ static int cmd_bench(const opts &o)
     if (o.gpu_name)
         snprintf(gpu, sizeof gpu, "%s", o.gpu_name);
     else
-        preset_name(prop.name, gpu, sizeof gpu);
+        k3_calib_gpu_name(prop.name, gpu, sizeof gpu);
     uint64_t seed = o.seed ? o.seed : (uint64_t)time(NULL);
     double bw = copy_bandwidth();
     FILE *res = o.results ? fopen(o.results, "w") : stdout;
@@ -482,7 +472,7 @@ static int cmd_bench(const opts &o)
             for (int p = 0; p < K3_PATH_COUNT; p++) {
                 const struct k3_op *ops;
                 int n = k3_path_ops((enum k3_path)p, (enum k3_kind)k, &ops);
-                const char *pname = p == K3_STANDARD ? "auto" : "latency_specialized";
+                const char *pname = k3_calib_path_name((enum k3_path)p);
                 for (int i = 0; i < n; i++) {
                     const struct k3_op *op = &ops[i];
                     if (op->id == K3_OP_ATTN_ALLREDUCE || op->id == K3_OP_MOE_ALLREDUCE)
@@ -562,26 +552,24 @@ static int cmd_bench(const opts &o)
             fprintf(stderr, "agentreplay-kernels: cannot write %s\n", o.out);
             return 2;
         }
-        fprintf(f, "{\n  \"format\": \"agentreplay-calibration/1\",\n  \"gpu\": \"%s\",\n", gpu);
-        fprintf(f, "  \"tp\": %d,\n  \"source\": \"agentreplay-kernels bench on %s, tp %d shard "
-                   "on one GPU, context %d, median of %d CUDA-graph replays\",\n",
-                o.tp, prop.name, o.tp, o.ctx, o.iters);
-        fprintf(f, "  \"copy_bandwidth_gbs\": %.1f,\n  \"entries\": [\n", bw / 1e9);
+        char source[512];
+        snprintf(source, sizeof source,
+                 "agentreplay-kernels bench on 1 x %s: tp %d shard shapes, context %d, median of "
+                 "%d CUDA-graph replays alternating two layer copies; copy bandwidth %.0f GB/s",
+                 prop.name, o.tp, o.ctx, o.iters, bw / 1e9);
+        k3_calib_begin(f, gpu, o.tp, source);
         for (size_t i = 0; i < entries.size(); i++) {
             const entry &e = entries[i];
-            fprintf(f, "    {\"path\": \"%s\", \"layer_kind\": \"%s\", \"kernel\": \"%s\", \"points\": [",
-                    e.path, e.kind, e.kernel);
-            for (size_t j = 0; j < e.pts.size(); j++) {
-                if (e.attention)
-                    fprintf(f, "%s{\"batch\": %d, \"context\": %d, \"us\": %.3f}", j ? ", " : "",
-                            e.pts[j].batch, o.ctx, e.pts[j].us);
-                else
-                    fprintf(f, "%s{\"batch\": %d, \"us\": %.3f}", j ? ", " : "", e.pts[j].batch,
-                            e.pts[j].us);
+            std::vector<int> bs;
+            std::vector<double> us;
+            for (const point &pt : e.pts) {
+                bs.push_back(pt.batch);
+                us.push_back(pt.us);
             }
-            fprintf(f, "]}%s\n", i + 1 < entries.size() ? "," : "");
+            k3_calib_entry(f, i == 0, e.path, e.kind, e.kernel, bs.data(), us.data(),
+                           (int)bs.size(), e.attention ? o.ctx : -1);
         }
-        fprintf(f, "  ]\n}\n");
+        k3_calib_end(f);
         fclose(f);
         fprintf(stderr, "wrote %s (%zu kernels)\n", o.out, entries.size());
     }
