@@ -144,7 +144,10 @@ static void lru_reserve(struct kvcache *kv, uint64_t n)
 {
     if (kv->q_len + n <= kv->q_cap)
         return;
-    if (kv->q_len > 2 * (uint64_t)kv->n_lru + 1024)
+    /* Compact only when three entries in four are stale: each compaction
+     * reads every entry's block, so rarer is cheaper (the ring holds at
+     * most 4x the cached blocks, 8 bytes each). */
+    if (kv->q_len > 4 * (uint64_t)kv->n_lru + 1024)
         lru_compact(kv);
     if (kv->q_len + n <= kv->q_cap)
         return;
@@ -269,7 +272,11 @@ uint32_t kv_lru_oldest(struct kvcache *kv)
 
 static void empty_push(struct kvcache *kv, uint32_t i)
 {
-    kv->st[i] &= (uint64_t)0xffffffff << KV_GEN_SHIFT; /* keep the generation */
+    /* Keep the generation and bump it: every way out of use (to the LRU
+     * queue, or emptied) changes it, so an unchanged generation means the
+     * block still holds what it held (session hints rely on it). */
+    uint32_t g = kv_st_gen(kv->st[i]) + 1;
+    kv->st[i] = (uint64_t)g << KV_GEN_SHIFT;
     kv->next[i] = kv->empty_head;
     kv->empty_head = i;
 }

@@ -94,6 +94,8 @@ static inline int64_t kv_available(const struct kvcache *kv)
 }
 static inline uint32_t kv_ref(const struct kvcache *kv, uint32_t i) { return kv_st_ref(kv->st[i]); }
 static inline uint32_t kv_flags(const struct kvcache *kv, uint32_t i) { return kv_st_flags(kv->st[i]); }
+/* Generation of block i: changes whenever it leaves use. */
+static inline uint32_t kv_gen(const struct kvcache *kv, uint32_t i) { return kv_st_gen(kv->st[i]); }
 /* Whether block i (< n_made) holds content `hash` now. */
 static inline bool kv_holds(const struct kvcache *kv, uint32_t i, uint64_t hash)
 {

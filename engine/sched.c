@@ -232,11 +232,12 @@ int sched_submit(struct sched *s, struct engine_request *r, char *err)
     int64_t total = r->prompt_tokens + r->max_tokens;
     uint32_t cap_blk = (uint32_t)cdiv(total + positions(s), bs) + 1;
     uint32_t cap_hash = (uint32_t)(total / bs) + 1;
-    size_t sz = sizeof(struct sreq) + (size_t)cap_hash * 8 + (size_t)cap_blk * 4;
+    size_t sz = sizeof(struct sreq) + (size_t)cap_hash * 8 + (size_t)cap_blk * 8;
     struct sreq *q = xmalloc(sz);
     memset(q, 0, sizeof *q);
     q->hash = (uint64_t *)(q + 1);
     q->blk = (uint32_t *)(q->hash + cap_hash);
+    q->gen = q->blk + cap_blk;
     q->cap_hash = cap_hash;
     q->cap_blk = cap_blk;
     q->bytes = (int64_t)sz;
@@ -407,6 +408,8 @@ static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engi
 {
     q->hint_n = q->n_committed < q->n_blk ? q->n_committed : q->n_blk;
     release_blocks(s, q);
+    for (uint32_t i = 0; i < q->hint_n; i++)
+        q->gen[i] = kv_gen(&s->kv, q->blk[i]);
     q->state = SREQ_DONE;
     s->outstanding--;
     s->finished++;
@@ -503,8 +506,9 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
             while (m < lim && h->hash[m] == q->hash[m]) {
                 uint32_t b = h->blk[m];
                 if (m + 8 < lim)
-                    __builtin_prefetch(&s->kv.hash[h->blk[m + 8]]);
-                if (b >= s->kv.n_made || !kv_holds(&s->kv, b, q->hash[m]))
+                    __builtin_prefetch(&s->kv.st[h->blk[m + 8]]);
+                uint64_t st = s->kv.st[b];
+                if (!(kv_st_flags(st) & KV_HASHED) || kv_st_gen(st) != h->gen[m])
                     break;
                 q->blk[m++] = b;
             }

@@ -99,6 +99,7 @@ struct sreq {
     uint64_t salt;           /* hashes of blocks outside the trace chain */
     uint64_t chain_seed;     /* session salt for chain hashes */
     uint32_t *blk;           /* blocks held, in token order */
+    uint32_t *gen;           /* as a hint: generation of blk[i] at release */
     uint32_t n_blk, cap_blk;
     uint64_t *hash;          /* hashes of full blocks [0, n_hash) */
     uint32_t n_hash, cap_hash;
