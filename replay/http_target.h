@@ -6,7 +6,10 @@
  * keep-alive connections (TLS when the URL is https), with
  * stream_options.include_usage, max_tokens = the call's max_tokens and
  * ignore_eos when asked. The prompt is synthesized from the call's block
- * chain (prompt.h) as the body is sent, never held whole.
+ * chain (prompt.h): a body over 32 KiB is generated as it is sent
+ * (chunked), never held whole; a shorter one is rendered at once and sent
+ * with the headers (one packet, no 16 KiB upload buffer in curl), and
+ * freed when the answer begins.
  *
  * Per call it reports the first non-empty chunk, every chunk (one token
  * per content chunk; the last chunk is held until the stream ends so that
