@@ -1270,23 +1270,24 @@ void k3_gpu_run_path(struct k3_layer *L, enum k3_path p, cudaStream_t main_s, cu
 {
     const struct k3_op *ops;
     int n = k3_path_ops(p, L->kind, &ops);
-    bool forked = false;
+    bool forked = false, has_side = false;
+    for (int i = 0; i < n; i++)
+        has_side |= ops[i].side_stream != 0;
     for (int i = 0; i < n; i++) {
-        if (ops[i].comm && (ops[i].id == K3_OP_ATTN_ALLREDUCE || ops[i].id == K3_OP_MOE_ALLREDUCE))
-            continue;
-        if (ops[i].side_stream) {
-            if (!forked) {
-                cudaCheck(cudaEventRecord(ev_fork, main_s));
-                cudaCheck(cudaStreamWaitEvent(side, ev_fork, 0));
-                forked = true;
-            }
-            k3_gpu_launch(L, ops[i].id, side);
-            continue;
-        }
-        if (forked && i == n - 1) {
+        const struct k3_op *op = &ops[i];
+        if (op->id == K3_OP_ATTN_ALLREDUCE || op->id == K3_OP_MOE_ALLREDUCE)
+            continue; /* local on one GPU */
+        if (forked && i == n - 1) { /* the consumer of the side stream's output */
             cudaCheck(cudaEventRecord(ev_join, side));
             cudaCheck(cudaStreamWaitEvent(main_s, ev_join, 0));
         }
-        k3_gpu_launch(L, ops[i].id, main_s);
+        k3_gpu_launch(L, op->id, op->side_stream ? side : main_s);
+        /* The side stream (shared experts) starts as soon as the residual
+         * it normalizes is complete, overlapping router and routed experts. */
+        if (has_side && !forked && op->id == K3_OP_F_O_PROJ_AR_RESIDUAL) {
+            cudaCheck(cudaEventRecord(ev_fork, main_s));
+            cudaCheck(cudaStreamWaitEvent(side, ev_fork, 0));
+            forked = true;
+        }
     }
 }
