@@ -260,9 +260,9 @@ int sched_submit(struct sched *s, struct engine_request *r, char *err)
     /* Errors that are not the caller's input arrive as done at the next
      * boundary. */
     if (total > s->p.max_model_len)
-        q->cancelled = true, q->fail = ENGINE_ERR_TOO_LONG;
+        q->cancelled = true, q->fail = ENGINE_ERR_TOO_LONG, s->cancel_pending++;
     else if (cdiv(total + positions(s), bs) > s->p.kv_units)
-        q->cancelled = true, q->fail = ENGINE_ERR_NO_SPACE;
+        q->cancelled = true, q->fail = ENGINE_ERR_NO_SPACE, s->cancel_pending++;
     s->outstanding++;
     s->prompt_tokens += r->prompt_tokens;
     wq_append(s, q);
@@ -276,6 +276,7 @@ void sched_cancel(struct sched *s, struct engine_request *r)
         return;
     q->cancelled = true;
     q->cancel_ns = loop_now(s->loop);
+    s->cancel_pending++;
 }
 
 /* Hash of full block i of q's tokens (hash[i-1] must be known): the
@@ -850,8 +851,11 @@ static void reap(struct sched *s, int64_t t)
         finish_request(s, q, t, st);
     }
     free(fin);
-    /* Cancelled or failed waiting requests. */
-    for (struct sreq *q = s->whead, *nx; q; q = nx) {
+    /* Cancelled or failed waiting requests (a walk only when some were
+     * marked since the last one). */
+    int64_t pending = s->cancel_pending;
+    s->cancel_pending = 0;
+    for (struct sreq *q = pending ? s->whead : NULL, *nx; q; q = nx) {
         nx = q->wnext;
         if (!q->cancelled)
             continue;

@@ -140,6 +140,7 @@ struct sched {
     struct sreq *whead, *wtail; /* waiting queue */
     int64_t n_waiting;
     int64_t outstanding;     /* submitted, not done (router load) */
+    int64_t cancel_pending;  /* requests marked cancelled since the last reap */
     /* The step (or run of steps) in flight. */
     bool busy;               /* a step is in flight */
     struct sreq **batch;     /* the step's requests, in schedule order */
