@@ -264,6 +264,74 @@ static int check_one(int tp, enum k3_kind kind, enum k3_path path, int batch, in
     return fails;
 }
 
+/* Whole layers: both paths on the GPU (streams as in the benchmark)
+ * against the C standard path from the same initial state. */
+static int check_layer(int tp, enum k3_kind kind, int batch, int ctx, uint64_t seed)
+{
+    struct k3_layer L;
+    if (setup_layer(&L, tp, kind, batch, ctx, seed))
+        return -1;
+    k3_gpu_upload(&L);
+    size_t n = (size_t)batch * L.sh.hidden, nid = L.t[K3_A_IDS].count;
+    std::vector<k3_bf16> r_std(n), d_std(n), r_fused(n);
+    std::vector<int32_t> id_std(nid), id_fused(nid);
+    cudaStream_t main_s, side;
+    cudaEvent_t fork, join;
+    cudaCheck(cudaStreamCreate(&main_s));
+    cudaCheck(cudaStreamCreate(&side));
+    cudaCheck(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    for (int p = 0; p < K3_PATH_COUNT; p++) {
+        k3_gpu_put_state(&L);
+        k3_gpu_run_path(&L, (enum k3_path)p, main_s, side, fork, join);
+        cudaCheck(cudaStreamSynchronize(main_s));
+        cudaCheck(cudaStreamSynchronize(side));
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaMemcpy(p ? r_fused.data() : r_std.data(), L.t[K3_IO_R_OUT].dev, n * 2,
+                             cudaMemcpyDeviceToHost));
+        if (!p)
+            cudaCheck(cudaMemcpy(d_std.data(), L.t[K3_IO_D_OUT].dev, n * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(p ? id_fused.data() : id_std.data(), L.t[K3_A_IDS].dev, nid * 4,
+                             cudaMemcpyDeviceToHost));
+    }
+    k3_layer_run_cpu(&L, K3_STANDARD);
+    std::vector<k3_bf16> h(n), h_gpu(n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = k3_f32_to_bf16(k3_bf16_to_f32(K3_BF(&L, K3_IO_R_OUT)[i]) +
+                              k3_bf16_to_f32(K3_BF(&L, K3_IO_D_OUT)[i]));
+        h_gpu[i] = k3_f32_to_bf16(k3_bf16_to_f32(r_std[i]) + k3_bf16_to_f32(d_std[i]));
+    }
+    const int32_t *id_cpu = K3_I32(&L, K3_A_IDS);
+    int fails = 0;
+    struct {
+        const char *what;
+        const k3_bf16 *got;
+        const k3_bf16 *want;
+        bool same_routing;
+    } cmp[3] = {
+        {"GPU standard vs C standard", h_gpu.data(), h.data(),
+         !memcmp(id_std.data(), id_cpu, nid * 4)},
+        {"GPU fused vs C standard", r_fused.data(), h.data(),
+         !memcmp(id_fused.data(), id_cpu, nid * 4)},
+        {"GPU fused vs GPU standard", r_fused.data(), h_gpu.data(),
+         !memcmp(id_fused.data(), id_std.data(), nid * 4)},
+    };
+    for (auto &c : cmp) {
+        double e = k3_nmse_bf16(c.got, c.want, n);
+        bool ok = c.same_routing ? e <= 1e-3 : std::isfinite(e);
+        printf("layer    %-4s B=%-2d %-32s nmse %-10.3g %s%s\n", k3_kind_name(kind), batch, c.what, e,
+               ok ? "ok" : "FAIL", c.same_routing ? "" : " (a near tie routed a token differently)");
+        fails += !ok;
+    }
+    cudaCheck(cudaEventDestroy(fork));
+    cudaCheck(cudaEventDestroy(join));
+    cudaCheck(cudaStreamDestroy(main_s));
+    cudaCheck(cudaStreamDestroy(side));
+    k3_gpu_free(&L);
+    k3_layer_free(&L);
+    return fails;
+}
+
 static int cmd_check(const opts &o)
 {
     std::vector<int> batches = o.batches.empty() ? std::vector<int>{1, 8} : o.batches;
@@ -280,6 +348,13 @@ static int cmd_check(const opts &o)
                     return 2;
                 fails += f;
             }
+    for (int b : batches)
+        for (int k = 0; k < K3_KIND_COUNT; k++) {
+            int f = check_layer(o.tp, (enum k3_kind)k, b, ctx, seed++);
+            if (f < 0)
+                return 2;
+            fails += f;
+        }
     printf("%s: %d comparison(s) failed\n", fails ? "FAIL" : "ok", fails);
     return fails ? 1 : 0;
 }
