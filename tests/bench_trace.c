@@ -58,7 +58,7 @@ static uint64_t unique_ids(const struct trace *t)
         const struct trace_call *c = &t->calls[i];
         uint32_t scope = t->sessions[c->session].scope;
         for (uint32_t b = 0; b < c->n_blocks - c->n_shared; b++) {
-            uint64_t h = hash_mix(scope + 1, c->suffix[b]) | 1;
+            uint64_t h = hash_mix(hash_mix(0xb10c, scope), c->suffix[b]) | 1;
             size_t j = h & mask;
             while (k[j] && k[j] != h)
                 j = (j + 1) & mask;
