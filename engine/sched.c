@@ -264,7 +264,6 @@ int sched_submit(struct sched *s, struct engine_request *r, char *err)
     else if (cdiv(total + positions(s), bs) > s->p.kv_units)
         q->cancelled = true, q->fail = ENGINE_ERR_NO_SPACE, s->cancel_pending++;
     s->outstanding++;
-    s->prompt_tokens += r->prompt_tokens;
     wq_append(s, q);
     return 0;
 }
@@ -603,12 +602,16 @@ static bool schedule(struct sched *s, int64_t now)
                 break;
             kv_acquire_chain(&s->kv, q->blk, m);
             q->n_blk = m;
-            q->n_committed = m;
+            q->n_committed = j; /* hybrid: recomputed blocks may still get checkpoints */
             q->num_computed = start;
             ASSERT(grow_blocks(s, q, start + num_new));
             if (q->r->preemptions == 0) {
+                /* Prompt and cached tokens counted together, at the first
+                 * admission only, so that any interval's cached / prompt
+                 * is the hit rate of one set of requests (at most 1). */
                 q->r->cached_tokens = start;
                 s->cached_tokens += start;
+                s->prompt_tokens += q->r->prompt_tokens;
             }
             wq_remove(s, q);
             if (s->hint) {

@@ -282,6 +282,17 @@ static void test_hybrid(void)
     sched_submit(&s, &r.r, err);
     drain(&s);
     CHECK(r.r.cached_tokens == 8, "3 blocks match, but the state exists only at block 2");
+    /* A prompt ending at block 3 recomputes it and leaves a checkpoint
+     * there, which the next call can resume from. */
+    static const uint64_t E[] = {1, 2, 3}, F[] = {1, 2, 3, 7};
+    req(&r, 4, 13, 1, 1, E, 3, 4);
+    sched_submit(&s, &r.r, err);
+    drain(&s);
+    CHECK(r.r.cached_tokens == 8, "resumes at block 2, recomputes block 3");
+    req(&r, 5, 20, 1, 1, F, 4, 4);
+    sched_submit(&s, &r.r, err);
+    drain(&s);
+    CHECK(r.r.cached_tokens == 12, "the recomputed prompt end got its checkpoint");
     sched_free(&s);
 }
 
