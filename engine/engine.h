@@ -26,6 +26,18 @@
  *
  * The request struct is owned by the caller and must stay valid until
  * `done`. The block chain it points to must stay valid until `done` too.
+ *
+ * Timing rules (identical in both advance modes): a request submitted at
+ * time t joins the first step that starts after t, or the step starting
+ * at t when its replica is idle; a cancelled request gets the chunks
+ * emitted up to the cancel time, then done(ENGINE_ERR_CANCELLED) at the
+ * end of the step in flight. Requests that are too long for max_model_len
+ * or can never fit in the KV cache end with done(ENGINE_ERR_TOO_LONG /
+ * ENGINE_ERR_NO_SPACE) at their replica's next boundary; engine_submit()
+ * returns -1 only for malformed requests (no tokens, no callbacks, an
+ * engine block size that does not divide the trace's block size).
+ * Acceptance draws depend on (seed, request id, session_key, step), so
+ * callers should give distinct calls distinct ids.
  */
 #ifndef ENGINE_H
 #define ENGINE_H
