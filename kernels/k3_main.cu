@@ -25,7 +25,9 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
+#ifndef K3_NO_NCCL
 #include <nccl.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,7 @@
 #include "kernels/k3_gpu.cuh"
 #include "kernels/k3calib.h"
 
+#ifndef K3_NO_NCCL
 #define ncclCheck(call)                                                       \
     do {                                                                      \
         ncclResult_t r_ = (call);                                             \
@@ -47,6 +50,7 @@
             exit(1);                                                          \
         }                                                                     \
     } while (0)
+#endif
 
 struct opts {
     int tp = 8;
@@ -442,6 +446,7 @@ static entry *find_entry(std::vector<entry> &es, const char *path, const char *k
     return &es.back();
 }
 
+#ifndef K3_NO_NCCL
 /* NCCL all-reduce of B x hidden BF16 over n GPUs (median microseconds). */
 static float nccl_allreduce_us(int ngpu, size_t count, int iters)
 {
@@ -491,6 +496,7 @@ static float nccl_allreduce_us(int ngpu, size_t count, int iters)
     cudaCheck(cudaSetDevice(0));
     return t.median();
 }
+#endif
 
 static int cmd_bench(const opts &o)
 {
@@ -603,6 +609,10 @@ static int cmd_bench(const opts &o)
                     layer_us[1][i], layer_us[0][i] / layer_us[1][i]);
         fprintf(res, "\n");
     }
+#ifdef K3_NO_NCCL
+    if (ngpu >= 2)
+        fprintf(res, "%d GPUs present, but this build has no NCCL: reductions not timed.\n", ngpu);
+#else
     if (ngpu >= 2) {
         int n = ngpu < o.tp ? ngpu : o.tp;
         fprintf(res, "NCCL all-reduce over %d GPUs (BF16, batch x 7168):\n\n| batch | us |\n|---|---|\n", n);
@@ -619,6 +629,7 @@ static int cmd_bench(const opts &o)
         if (n != o.tp)
             fprintf(res, "\n(%d GPUs present: the all-reduce spans %d, not tp %d)\n", ngpu, n, o.tp);
     }
+#endif
     if (res != stdout)
         fclose(res);
     if (o.out) {
