@@ -333,6 +333,55 @@ static void test_synth_round_trip(void)
     trace_destroy(t);
 }
 
+/* Nested subagents, listed out of time order: fork points from t -
+ * duration, nested times relative to their own parent's start. */
+static void test_nested(void)
+{
+    const char *doc =
+        "{\"id\":\"n\",\"block_size\":4,\"requests\":["
+        "{\"t\":0,\"type\":\"n\",\"in\":8,\"out\":1,\"api_time\":2,\"hash_ids\":[1,2]},"
+        "{\"t\":30,\"type\":\"subagent\",\"duration_ms\":4000,\"agent_id\":\"late\",\"requests\":["
+        "{\"t\":0,\"type\":\"n\",\"in\":4,\"out\":1,\"hash_ids\":[9]}]},"
+        "{\"t\":10,\"type\":\"subagent\",\"duration_ms\":5000,\"agent_id\":\"early\",\"requests\":["
+        "{\"t\":0,\"type\":\"n\",\"in\":4,\"out\":1,\"api_time\":1,\"hash_ids\":[7]},"
+        "{\"t\":4,\"type\":\"subagent\",\"duration_ms\":1000,\"agent_id\":\"inner\",\"requests\":["
+        "{\"t\":0.5,\"type\":\"n\",\"in\":4,\"out\":1,\"hash_ids\":[8]}]}]},"
+        "{\"t\":20,\"type\":\"n\",\"in\":12,\"out\":1,\"api_time\":1,\"hash_ids\":[1,2,3]}]}";
+    char err[ERR_LEN];
+    struct trace *t = trace_read_mem(doc, strlen(doc), "nested.json", NULL, err);
+    CHECKF(t != NULL, "nested read: %s", t ? "" : err);
+    if (!t)
+        return;
+    CHECK(t->n_sessions == 4 && t->n_roots == 1 && t->n_calls == 5, "nested shape");
+    const struct trace_session *root = &t->sessions[0];
+    CHECK(root->n_calls == 2 && t->calls[1].n_shared == 2 && t->calls[1].base == 0,
+          "root calls grouped; the second extends the first");
+    uint32_t a = root->first_child, b = a != TRACE_NONE ? t->sessions[a].next_sibling : TRACE_NONE;
+    CHECK(a != TRACE_NONE && !strcmp(trace_str(t, t->sessions[a].name), "early"),
+          "children in fork order: early first");
+    CHECK(b != TRACE_NONE && !strcmp(trace_str(t, t->sessions[b].name), "late"), "then late");
+    if (a != TRACE_NONE && b != TRACE_NONE) {
+        const struct trace_session *e = &t->sessions[a], *l = &t->sessions[b];
+        CHECK(e->fork_t_ns == 5 * NS_PER_S && e->fork_after == 0 && e->fork_gap_ns == 3 * NS_PER_S,
+              "early: starts at 10 - 5 s, after call 0 (ends 2 s), gap 3 s");
+        CHECK(l->fork_t_ns == 26 * NS_PER_S && l->fork_after == 1 && l->fork_gap_ns == 5 * NS_PER_S,
+              "late: starts at 30 - 4 s, after call 1 (ends 21 s), gap 5 s");
+        uint32_t in = e->first_child;
+        CHECK(in != TRACE_NONE && t->sessions[in].parent == a && t->sessions[in].root == 0 &&
+                  t->sessions[in].fork_t_ns == 3 * NS_PER_S && t->sessions[in].fork_after == 0 &&
+                  t->sessions[in].fork_gap_ns == 2 * NS_PER_S && t->sessions[in].scope == root->scope,
+              "inner: starts 4 - 1 s into early, after its call 0 (ends 1 s)");
+        int64_t abs_t[5];
+        trace_call_abs_times(t, abs_t);
+        if (in != TRACE_NONE)
+            CHECKF(abs_t[t->sessions[in].first_call] == 8500 * NS_PER_MS,
+                   "inner call at 5 + 3 + 0.5 s on the file's clock (%lld)",
+                   (long long)abs_t[t->sessions[in].first_call]);
+    }
+    round_trip(t, "nested");
+    trace_destroy(t);
+}
+
 static void test_cli(void)
 {
     const char *p = test_shared("traces/agentic-cc");
@@ -406,6 +455,7 @@ int main(void)
                4314579000LL);
     test_burstgpt();
     test_synth_round_trip();
+    test_nested();
     test_cli();
     return test_report();
 }
