@@ -1078,17 +1078,28 @@ static double distinct_experts(const struct k3_layer *L)
 
 void k3_op_cost(const struct k3_layer *L, enum k3_op_id id, double *bytes, double *flops)
 {
-    const struct k3_shape *s = &L->sh;
-    double B = L->batch, H = s->hidden, hd = k3_kda_hd(s), gw = k3_kda_gw(s);
-    double aw = k3_mla_aw(s), E = s->experts, k = s->topk, I = s->expert_inter;
-    double SI = s->shared_inter, Lt = s->latent, Ls = s->latent_shard, mh = s->mla_heads;
-    double nh = s->kda_heads, kv = s->kv_lora, qw = k3_mla_qw(s), d = s->head_dim;
-    double aow = k3_attn_width(s, L->kind), ue = distinct_experts(L), P = B * k;
-    double ctx = 0, row = kv + s->rope, ga = aw - (s->q_lora + row);
-    double conv_st = B * 3 * hd * (s->conv - 1) * 4 * 2;
+    double ctx = 0;
     if (L->kind == K3_MLA)
         for (int b = 0; b < L->batch; b++)
             ctx += K3_I32(L, K3_S_MLA_POS)[b] + 1;
+    k3_op_cost_shape(&L->sh, L->kind, L->batch, distinct_experts(L), ctx, id, bytes, flops);
+}
+
+double k3_experts_touched(const struct k3_shape *s, int batch)
+{
+    return s->experts * (1.0 - pow(1.0 - (double)s->topk / s->experts, batch));
+}
+
+void k3_op_cost_shape(const struct k3_shape *s, enum k3_kind kind, int batch, double ue,
+                      double ctx, enum k3_op_id id, double *bytes, double *flops)
+{
+    double B = batch, H = s->hidden, hd = k3_kda_hd(s), gw = k3_kda_gw(s);
+    double aw = k3_mla_aw(s), E = s->experts, k = s->topk, I = s->expert_inter;
+    double SI = s->shared_inter, Lt = s->latent, Ls = s->latent_shard, mh = s->mla_heads;
+    double nh = s->kda_heads, kv = s->kv_lora, qw = k3_mla_qw(s), d = s->head_dim;
+    double aow = k3_attn_width(s, kind), P = B * k;
+    double row = kv + s->rope, ga = aw - (s->q_lora + row);
+    double conv_st = B * 3 * hd * (s->conv - 1) * 4 * 2;
     double fp4 = 0.5 + 1.0 / K3_MX_GROUP; /* MXFP4 bytes per weight */
     double by = 0, fl = 0;
 #define GEMV(N, K, wb) (by += (N) * (K) * (wb) + B * ((K) + (N)) * 2, fl += 2 * B * (N) * (K))

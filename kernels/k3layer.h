@@ -244,6 +244,13 @@ void k3_layer_run_cpu(struct k3_layer *L, enum k3_path p);
  * the routing in A_IDS; activations; state; cache) and its FLOPs. */
 void k3_op_cost(const struct k3_layer *L, enum k3_op_id id, double *bytes,
                 double *flops);
+/* The same from the shape alone: `experts` distinct routed experts read,
+ * `ctx_tokens` cached positions attended over the batch (MLA). */
+void k3_op_cost_shape(const struct k3_shape *s, enum k3_kind kind, int batch, double experts,
+                      double ctx_tokens, enum k3_op_id id, double *bytes, double *flops);
+/* Expected distinct experts for `batch` tokens, uniform routing:
+ * E (1 - (1 - k/E)^batch). */
+double k3_experts_touched(const struct k3_shape *s, int batch);
 
 #ifdef __cplusplus
 }

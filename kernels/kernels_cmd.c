@@ -1,8 +1,10 @@
 /* kernels_cmd.c: `agentreplay kernels ...`, the front of the Kimi K3
  * decode-layer kernels (kernels/README.md).
  *
- *   kernels list [--tp T]        the kernel sequence of each path and layer
- *                                kind (the names calibration files use)
+ *   kernels list [--tp T] [--batch B] [--ctx N] [--bw GB/s]
+ *                                the kernel sequence of each path and layer
+ *                                kind (the names calibration files use),
+ *                                with each kernel's least bytes and floor
  *   kernels cpu-check [--batch B] [--seed S]
  *                                both paths in C at reduced shapes: the
  *                                layer output of each, compared (no GPU)
@@ -19,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/k3calib.h"
 #include "kernels/k3layer.h"
 #include "replay/cli.h"
 #include "traces/util.h"
@@ -28,7 +31,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: agentreplay kernels list [--tp T]\n"
+            "usage: agentreplay kernels list [--tp T] [--batch B] [--ctx N] [--bw GB/s]\n"
             "       agentreplay kernels cpu-check [--batch B] [--seed S]\n"
             "       agentreplay kernels check [--tp T] [--batches LIST] [--ctx N] [--seed S]\n"
             "       agentreplay kernels bench --tp T [-o CALIBRATION.json] [--results FILE]\n"
@@ -53,48 +56,66 @@ static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
     return 0;
 }
 
+/* The kernel lists with each kernel's least bytes and its floor time at a
+ * bandwidth: the memory-bound roofline a measured time is judged against.
+ * Default bandwidth 4300 GB/s: the device-to-device copy measured on one
+ * H200 (../shared/reference/hardware.md). */
 static int cmd_list(int argc, char **argv)
 {
-    int tp = 8;
+    int tp = 8, batch = 1, ctx = 4096, bw_gbs = 4300;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tp")) {
-            if (int_arg("--tp", i + 1 < argc ? argv[i + 1] : NULL, 1, 16, &tp))
-                return EXIT_BADINPUT;
-            i++;
-        } else {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc;
+        if (!strcmp(argv[i], "--tp"))
+            rc = int_arg("--tp", v, 1, 16, &tp);
+        else if (!strcmp(argv[i], "--batch"))
+            rc = int_arg("--batch", v, 1, 64, &batch);
+        else if (!strcmp(argv[i], "--ctx"))
+            rc = int_arg("--ctx", v, 1, 1 << 20, &ctx);
+        else if (!strcmp(argv[i], "--bw"))
+            rc = int_arg("--bw", v, 1, 100000, &bw_gbs);
+        else {
             fprintf(stderr, "agentreplay kernels list: unknown option %s\n", argv[i]);
             return EXIT_BADINPUT;
         }
+        if (rc)
+            return EXIT_BADINPUT;
+        i++;
     }
     struct k3_shape s;
     char err[K3_ERR_LEN];
-    if (k3_shape_full(&s, tp, 4096, err)) {
+    if (k3_shape_full(&s, tp, ctx, err)) {
         fprintf(stderr, "agentreplay kernels list: %s\n", err);
         return EXIT_BADINPUT;
     }
-    printf("Kimi K3 decode layer, tp %d shard: %d KDA heads of %d, %d MLA heads, "
-           "expert intermediate %d, latent %d (%d on this rank)\n\n",
+    double ue = k3_experts_touched(&s, batch), bw = bw_gbs * 1e9;
+    printf("Kimi K3 decode layer, tp %d shard: %d KDA heads of %d, %d MLA heads, expert "
+           "intermediate %d, latent %d (%d projected on this rank)\n",
            tp, s.kda_heads, s.head_dim, s.mla_heads, s.expert_inter, s.latent, s.latent_shard);
+    printf("batch %d, context %d, %.0f distinct experts expected; floor = least bytes / %d GB/s\n\n",
+           batch, ctx, ue, bw_gbs);
     for (int p = 0; p < K3_PATH_COUNT; p++)
         for (int k = 0; k < K3_KIND_COUNT; k++) {
             const struct k3_op *ops;
             int n = k3_path_ops((enum k3_path)p, (enum k3_kind)k, &ops);
             printf("%s (%s) %s: %d kernels\n", k3_path_name((enum k3_path)p),
-                   p == K3_STANDARD ? "auto" : "latency_specialized",
-                   k3_kind_name((enum k3_kind)k), n);
+                   k3_calib_path_name((enum k3_path)p), k3_kind_name((enum k3_kind)k), n);
+            printf("  %2s %-34s %10s %9s\n", "#", "kernel", "MB", "floor us");
+            double total = 0;
             for (int i = 0; i < n; i++) {
-                char name[96];
-                snprintf(name, sizeof name, "%s%s%s", ops[i].name, ops[i].name_large ? " / " : "",
-                         ops[i].name_large ? ops[i].name_large : "");
-                const char *flag = ops[i].side_stream ? "[side stream]"
-                                   : ops[i].comm      ? "[reduction]"
-                                                      : NULL;
-                if (flag)
-                    printf("  %2d %-40s %s\n", i + 1, name, flag);
-                else
-                    printf("  %2d %s\n", i + 1, name);
+                double by, fl;
+                k3_op_cost_shape(&s, (enum k3_kind)k, batch, ue, (double)batch * ctx, ops[i].id,
+                                 &by, &fl);
+                const char *flag = ops[i].side_stream ? "  side stream"
+                                   : ops[i].comm      ? "  reduction (local on one GPU)"
+                                                      : "";
+                printf("  %2d %-34s %10.3f %9.2f%s\n", i + 1, k3_op_name(&ops[i], batch), by / 1e6,
+                       by / bw * 1e6, flag);
+                if (!(ops[i].id == K3_OP_ATTN_ALLREDUCE || ops[i].id == K3_OP_MOE_ALLREDUCE))
+                    total += by;
             }
-            printf("\n");
+            printf("  %-37s %10.3f %9.2f\n\n", "layer (reductions excluded)", total / 1e6,
+                   total / bw * 1e6);
         }
     return EXIT_OK;
 }
