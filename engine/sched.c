@@ -250,7 +250,7 @@ int sched_submit(struct sched *s, struct engine_request *r, char *err)
     q->prompt_full = r->prompt_tokens / bs;
     q->n_chain = chain_blocks < q->prompt_full ? chain_blocks : q->prompt_full;
     q->chain_seed = hash_mix(0x6b76636861696e00ULL, r->session_key);
-    q->key = hash_mix(r->id, r->session_key);
+    q->key = spec_key(s->p.spec, hash_mix(r->id, r->session_key));
     q->salt = hash_mix(q->key ^ 0x73616c7400000000ULL, (uint64_t)q->arrival_ns);
     q->state = SREQ_WAITING;
     r->priv = q;

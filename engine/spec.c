@@ -53,20 +53,29 @@ int spec_init(struct spec_model *s, int draft, const char *acceptance,
     return 0;
 }
 
-int spec_sample(const struct spec_model *s, uint64_t key, int64_t step)
+uint64_t spec_key(const struct spec_model *s, uint64_t request_key)
+{
+    return hash_mix(s->base, request_key);
+}
+
+int spec_sample(const struct spec_model *s, uint64_t skey, int64_t step)
 {
     if (s->draft <= 0)
         return 1;
     if (s->accept.kind == ACCEPT_FIXED) {
         if (s->fixed_frac == 0)
             return s->fixed_floor;
-        /* Alternate deterministically: the extra token comes every 1/frac steps. */
-        int64_t a = (int64_t)floor((double)(step + 1) * s->fixed_frac);
-        int64_t b = (int64_t)floor((double)step * s->fixed_frac);
+        /* Alternate deterministically: the extra token comes every 1/frac
+         * steps (both products are non-negative: truncation is floor). */
+        int64_t a = (int64_t)((double)(step + 1) * s->fixed_frac);
+        int64_t b = (int64_t)((double)step * s->fixed_frac);
         return s->fixed_floor + (int)(a - b);
     }
-    uint64_t h = hash_mix(hash_mix(s->base, key), (uint64_t)step);
-    double u = (double)(h >> 11) * (1.0 / 9007199254740992.0);
+    uint64_t z = skey + (uint64_t)(step + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0);
     int k = 1;
     while (k <= s->draft && u >= s->cdf[k])
         k++;

@@ -30,7 +30,10 @@ struct spec_model {
 int spec_init(struct spec_model *s, int draft, const char *acceptance,
               uint64_t seed, char *err);
 
-/* Tokens emitted by verification step `step` (0-based) of request `key`. */
-int spec_sample(const struct spec_model *s, uint64_t key, int64_t step);
+/* A request's draw key from its identity (once per request). */
+uint64_t spec_key(const struct spec_model *s, uint64_t request_key);
+/* Tokens emitted by verification step `step` (0-based) of the request
+ * with draw key `skey` (splitmix64 of the key and the step). */
+int spec_sample(const struct spec_model *s, uint64_t skey, int64_t step);
 
 #endif
