@@ -180,8 +180,28 @@ static void test_native(void)
     EXPECT("native bad parent", NH NS "{\"session\":1,\"parent\":1,\"scope\":0,\"block_size\":64}\n", N,
            "bad.trace:3:", "parent");
     EXPECT("native too many ids", NH NS "{\"t\":0,\"in\":64,\"out\":1,\"ids\":[1,2]}\n", N, "bad.trace:3:",
-           "2 block ids for 64 tokens");
+           "more than 1 block ids for 64 tokens");
     EXPECT("native empty", "", N, "empty");
+    EXPECT("native run too long", NH NS "{\"t\":0,\"in\":640,\"out\":1,\"ids\":[[5,11]]}\n", N,
+           "bad.trace:3:", "more than 10 block ids");
+    EXPECT("native run of 0", NH NS "{\"t\":0,\"in\":640,\"out\":1,\"ids\":[[5,0]]}\n", N,
+           "bad.trace:3:", "ids[0]");
+    EXPECT("native bad run", NH NS "{\"t\":0,\"in\":640,\"out\":1,\"ids\":[1,[5]]}\n", N,
+           "bad.trace:3:", "ids[1]");
+    EXPECT("native huge run", NH NS "{\"t\":0,\"in\":640,\"out\":1,\"ids\":[[5,9223372036854775807]]}\n",
+           N, "bad.trace:3:", "more than");
+    {
+        const char *runs = NH NS "{\"t\":0,\"in\":640,\"out\":1,\"ids\":[7,[100,3],2,[50,4]]}\n";
+        char e2[ERR_LEN];
+        struct trace *r = trace_read_mem(runs, strlen(runs), "runs", NULL, e2);
+        uint64_t got[10] = {0}, want[] = {7, 100, 101, 102, 2, 50, 51, 52, 53};
+        CHECKF(r && r->calls[0].n_blocks == 9, "native runs expand: %s", r ? "" : e2);
+        if (r) {
+            trace_call_blocks(r, &r->calls[0], got, 10);
+            CHECK(!memcmp(got, want, sizeof want), "native runs expand to consecutive ids");
+            trace_destroy(r);
+        }
+    }
     /* Sessions without calls are legal; stats must cope (a fuzz finding). */
     const char *nocalls = NH NS "{\"session\":1,\"scope\":0,\"block_size\":64}\n"
                           "{\"session\":2,\"parent\":1,\"scope\":0,\"block_size\":64}\n";

@@ -97,9 +97,23 @@ static int trace_write_native_file(const struct trace *t, FILE *f)
             put_str(f, esc, "output_types", c->output_types);
             if (c->n_shared)
                 fprintf(f, ",\"base\":%u,\"shared\":%u", c->base, c->n_shared);
+            /* Runs of 3 or more consecutive ids as [first, count]. */
             fputs(",\"ids\":[", f);
-            for (uint32_t b = 0; b < c->n_blocks - c->n_shared; b++)
-                fprintf(f, b ? ",%" PRId64 : "%" PRId64, (int64_t)c->suffix[b]);
+            uint32_t ns = c->n_blocks - c->n_shared;
+            for (uint32_t b = 0; b < ns;) {
+                uint32_t r = 1;
+                while (b + r < ns && c->suffix[b + r] == c->suffix[b] + r)
+                    r++;
+                if (b)
+                    fputc(',', f);
+                if (r >= 3) {
+                    fprintf(f, "[%" PRId64 ",%u]", (int64_t)c->suffix[b], r);
+                    b += r;
+                } else {
+                    fprintf(f, "%" PRId64, (int64_t)c->suffix[b]);
+                    b++;
+                }
+            }
             fputs("]}\n", f);
         }
     }
@@ -262,23 +276,36 @@ static int nat_call(struct nat *n, json_t *o)
         return NBAD(n, "%s", "ids", "missing");
     if (!json_is_array(ids))
         return NBAD(n, "%s", "ids", "expected an array");
-    size_t k = json_array_size(ids);
+    /* Elements: an id, or [first, count] for count consecutive ids. */
+    size_t ne = json_array_size(ids);
     const struct trace_session *ss = &t->sessions[n->cur];
     int64_t maxn = (c.prompt_tokens + ss->block_size - 1) / ss->block_size;
-    if ((int64_t)k + shared > maxn)
-        return err_set(n->err, "%s:%zu:1: ids: %lld block ids for %lld tokens (at most %lld)",
-                       n->name, n->lineno, (long long)k + shared, (long long)c.prompt_tokens,
-                       (long long)maxn);
-    if (k > n->cap_ids) {
-        n->cap_ids = (uint32_t)k + 256;
-        n->ids = xrealloc(n->ids, n->cap_ids * sizeof *n->ids);
-    }
-    for (size_t i = 0; i < k; i++) {
+    int64_t k = 0; /* ids so far */
+    for (size_t i = 0; i < ne; i++) {
         json_t *e = json_array_get(ids, i);
-        if (!json_is_integer(e))
-            return err_set(n->err, "%s:%zu:1: ids[%zu]: expected an integer block id", n->name,
-                           n->lineno, i);
-        n->ids[i] = (uint64_t)json_integer_value(e);
+        int64_t cnt = 1;
+        uint64_t first;
+        if (json_is_integer(e)) {
+            first = (uint64_t)json_integer_value(e);
+        } else if (json_is_array(e) && json_array_size(e) == 2 &&
+                   json_is_integer(json_array_get(e, 0)) && json_is_integer(json_array_get(e, 1)) &&
+                   json_integer_value(json_array_get(e, 1)) >= 1) {
+            first = (uint64_t)json_integer_value(json_array_get(e, 0));
+            cnt = json_integer_value(json_array_get(e, 1));
+        } else {
+            return err_set(n->err, "%s:%zu:1: ids[%zu]: expected a block id or [first, count]",
+                           n->name, n->lineno, i);
+        }
+        if (cnt > maxn - shared - k)
+            return err_set(n->err, "%s:%zu:1: ids: more than %lld block ids for %lld tokens",
+                           n->name, n->lineno, (long long)maxn, (long long)c.prompt_tokens);
+        if ((uint64_t)(k + cnt) > n->cap_ids) {
+            n->cap_ids = (uint32_t)(k + cnt) + 256;
+            n->ids = xrealloc(n->ids, n->cap_ids * sizeof *n->ids);
+        }
+        for (int64_t r = 0; r < cnt; r++)
+            n->ids[k + r] = first + (uint64_t)r;
+        k += cnt;
     }
     (void)v;
     char why[ERR_LEN];
