@@ -382,6 +382,45 @@ static void test_nested(void)
     trace_destroy(t);
 }
 
+/* File reading in chunks: a line longer than the 1 MiB chunk, lines
+ * across chunk ends, a last line without a newline. */
+static void test_chunks(void)
+{
+    char path[] = "/tmp/test_trace_chunksXXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    CHECK(f != NULL, "temp file");
+    if (!f)
+        return;
+    uint32_t big = 190000; /* ids of the long line: about 1.3 MB of text */
+    uint64_t sum_in = 0;
+    for (int i = 0; i < 3000; i++) {
+        uint32_t k = i == 1500 ? big : 1 + (uint32_t)i % 7;
+        fprintf(f, "{\"timestamp\": %d, \"input_length\": %u, \"output_length\": 1, \"hash_ids\": [",
+                i, k * 512);
+        for (uint32_t j = 0; j < k; j++)
+            fprintf(f, j ? ", %u" : "%u", i == 1500 ? 1000000 + j : (uint32_t)(i % 13) * 10 + j);
+        fprintf(f, i == 2999 ? "]}" : "]}\n");
+        sum_in += (uint64_t)k * 512;
+    }
+    fclose(f);
+    char err[ERR_LEN];
+    struct trace *t = trace_read(path, NULL, err);
+    unlink(path);
+    CHECKF(t != NULL, "chunked read: %s", t ? "" : err);
+    if (!t)
+        return;
+    struct trace_stats s;
+    trace_stats_compute(t, &s);
+    CHECKF(t->n_calls == 3000 && s.prompt_tokens == sum_in, "3000 calls, prompt sum (%u)",
+           t->n_calls);
+    const struct trace_call *c = &t->calls[1500];
+    CHECK(c->n_blocks == big && trace_call_block(t, c, big - 1) == 1000000 + big - 1,
+          "the long line's last id");
+    CHECK(t->calls[2999].t_ns == 2999 * NS_PER_MS, "last line without a newline");
+    trace_destroy(t);
+}
+
 static void test_cli(void)
 {
     const char *p = test_shared("traces/agentic-cc");
@@ -456,6 +495,7 @@ int main(void)
     test_burstgpt();
     test_synth_round_trip();
     test_nested();
+    test_chunks();
     test_cli();
     return test_report();
 }
