@@ -719,6 +719,20 @@ void engine_get_stats(const struct engine *e, struct engine_stats *st)
         st->fallback_steps += s->fallback_steps;
         st->preemptions += s->preemptions;
         st->busy_ns += s->busy_ns;
+        /* Steps of a closed-form run that have ended by now count as they
+         * would stepping one by one (the run is applied at its end). */
+        if (s->busy && s->run_k > 1) {
+            int64_t now = loop_now(e->loop), start = s->step_start_ns;
+            for (int k = 0; k < s->run_k - 1 && s->run_end[k] <= now; k++) {
+                const uint8_t *em = s->run_emit + (size_t)k * s->n_batch;
+                for (int j = 0; j < s->n_batch; j++)
+                    st->output_tokens += em[j];
+                st->steps++;
+                st->fallback_steps += s->run_fb[k];
+                st->busy_ns += s->run_end[k] - start;
+                start = s->run_end[k];
+            }
+        }
     }
     st->kv_used_frac = total > 0 ? used / total : 0;
 }

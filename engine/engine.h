@@ -124,7 +124,10 @@ struct engine_request {
     void *priv;                /* engine-private state */
 };
 
-/* Aggregate state, for timelines and the /metrics endpoint. */
+/* Aggregate state, for timelines and the /metrics endpoint. Counters are
+ * exact at any time in both advance modes; kv_used_frac is the state at
+ * each replica's last step boundary (a closed-form run allocates its
+ * blocks when it is applied). */
 struct engine_stats {
     int64_t running, waiting;        /* requests now */
     double kv_used_frac;             /* KV blocks in use / total, all replicas */

@@ -135,6 +135,36 @@ static void w_submit(struct loop *l, struct loop_timer *t)
     }
 }
 
+/* Samples the engine's counters every 250 ms into the log (they must be
+ * the same in both advance modes). */
+struct sampler {
+    struct loop_timer timer;
+    struct engine *e;
+    struct loop *l;
+    char *log;
+    size_t len, cap;
+    int n;
+};
+
+static void sample_cb(struct loop *l, struct loop_timer *t)
+{
+    struct sampler *sm = t->arg;
+    struct engine_stats st;
+    engine_get_stats(sm->e, &st);
+    char buf[160];
+    int n = snprintf(buf, sizeof buf, "%lld %lld %lld %lld %lld %lld\n", (long long)loop_now(l),
+                     (long long)st.output_tokens, (long long)st.steps, (long long)st.busy_ns,
+                     (long long)st.running, (long long)st.waiting);
+    if (sm->len + (size_t)n + 1 > sm->cap) {
+        sm->cap = (sm->cap + (size_t)n + 1) * 2;
+        sm->log = realloc(sm->log, sm->cap);
+    }
+    memcpy(sm->log + sm->len, buf, (size_t)n + 1);
+    sm->len += (size_t)n;
+    if (++sm->n < 400)
+        loop_at(l, t, loop_now(l) + 250 * NS_PER_MS, sample_cb, sm);
+}
+
 struct hook_state {
     int64_t calls, bad;
     char first_err[ERR_LEN];
@@ -154,6 +184,7 @@ static void verify_hook(struct engine *e, int replica, void *arg)
 
 struct wresult {
     char *text;
+    char *samples;
     struct engine_stats st;
     int64_t end_ns, runs;
     int bad_time;
@@ -202,7 +233,10 @@ static void run_workload(const struct engine_config *cfg, int n_sessions, bool v
             s->blocks[k] = rng_next(&tree);
         loop_at(l, &s->timer, (int64_t)rng_below(&s->rng, 5000) * NS_PER_MS, w_submit, s);
     }
+    struct sampler sm = {.e = e, .l = l};
+    loop_at(l, &sm.timer, 100 * NS_PER_MS + 7, sample_cb, &sm);
     loop_run(l);
+    out->samples = sm.log;
     out->end_ns = loop_now(l);
     engine_get_stats(e, &out->st);
     json_t *d = engine_describe_json(e);
@@ -251,6 +285,8 @@ static void test_closed_form_identity(void)
     if (!same && a.text && b.text)
         first_diff(a.text, b.text);
     CHECK(same, "closed-form runs and one-by-one stepping give byte-identical records");
+    CHECK(a.samples && b.samples && !strcmp(a.samples, b.samples),
+          "engine counters sampled during the run agree too");
     CHECK(a.st.steps == b.st.steps && a.st.output_tokens == b.st.output_tokens &&
               a.st.preemptions == b.st.preemptions && a.end_ns == b.end_ns,
           "and identical step counts, tokens, preemptions, end time");
@@ -274,6 +310,7 @@ static void test_closed_form_identity(void)
     run_workload(&c, 60, false, &nh);
     CHECK(nh.text && !strcmp(b.text, nh.text), "identical records without session hints");
     free(nh.text);
+    free(nh.samples);
     c.hint_bytes = 0;
     /* Determinism: the same seed again, and another seed. */
     struct wresult d, f;
@@ -293,12 +330,11 @@ static void test_closed_form_identity(void)
     run_workload(&c, 40, false, &h);
     CHECK(g.text && h.text && !strcmp(g.text, h.text),
           "identity without speculation, least-loaded router");
-    free(a.text);
-    free(b.text);
-    free(d.text);
-    free(f.text);
-    free(g.text);
-    free(h.text);
+    struct wresult *all[] = {&a, &b, &d, &f, &g, &h};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++) {
+        free(all[i]->text);
+        free(all[i]->samples);
+    }
 }
 
 /* ---- fixed-batch decode speed against the cost model ---- */
