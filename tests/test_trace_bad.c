@@ -292,8 +292,40 @@ static void test_prefixes(const char *rel, size_t max, size_t step)
     free(d);
 }
 
+/* A folder with a broken file: an error naming it; skipped under
+ * skip-bad. */
+static void test_folder(void)
+{
+    char dir[] = "/tmp/test_trace_dirXXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s/a.json", dir);
+    snprintf(b, sizeof b, "%s/b.json", dir);
+    FILE *f = fopen(a, "w");
+    fputs(AX_HEAD AX_CALL "]}", f);
+    fclose(f);
+    f = fopen(b, "w");
+    fputs(AX_HEAD AX_CALL, f); /* truncated */
+    fclose(f);
+    char err[ERR_LEN];
+    struct trace *t = trace_read(dir, NULL, err);
+    CHECKF(t == NULL && strstr(err, "b.json:1:"), "folder: broken file named: %s", err);
+    trace_destroy(t);
+    struct trace_read_opts o = opts_fmt(TRACE_FMT_AUTO, true);
+    t = trace_read(dir, &o, err);
+    CHECKF(t && t->n_roots == 1 && t->skipped_records == 1, "folder skip-bad: one file skipped");
+    trace_destroy(t);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
+}
+
 int main(void)
 {
+    test_folder();
     test_agentx();
     test_mooncake();
     test_csv();

@@ -234,7 +234,7 @@ static uint64_t pfx_seed(uint32_t scope) { return hash_mix(0x70726566ULL, scope)
 
 static void pfx_grow(struct tb *b)
 {
-    size_t mask = b->pfx_mask ? 2 * b->pfx_mask + 1 : (1u << 16) - 1;
+    size_t mask = b->pfx_mask ? 2 * b->pfx_mask + 1 : (1u << 10) - 1;
     if (mask >= (1u << 30)) /* 32-bit keys: the table stops growing */
         return;
     struct tb_pfx *tab = xcalloc(mask + 1, sizeof *tab);
@@ -256,7 +256,9 @@ void tb_pfx_reserve(struct tb *b, size_t n)
 {
     if (b->pfx)
         return;
-    size_t mask = (1u << 16) - 1;
+    /* Small inputs start small: a fresh table is zeroed pages, which cost
+     * more than the parse itself on a few-kilobyte file. */
+    size_t mask = (1u << 10) - 1;
     while (mask < 2 * n && mask < (1u << 29))
         mask = 2 * mask + 1;
     b->pfx_mask = mask;
@@ -908,7 +910,15 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
         size_t plen = strlen(path) + strlen(names[i]) + 2;
         char *full = xmalloc(plen);
         snprintf(full, plen, "%s/%s", path, names[i]);
+        uint32_t before = b.t->n_sessions;
         rc = read_path(&b, f, full, o.skip_bad, err);
+        /* Under skip_bad a file that is bad as a whole (its JSON does not
+         * parse, no requests[]) is one skipped record; such errors come
+         * before any of its sessions is made. */
+        if (rc && o.skip_bad && b.t->n_sessions == before) {
+            b.t->skipped_records++;
+            rc = 0;
+        }
         free(full);
     }
     for (size_t i = 0; i < n; i++)
