@@ -52,6 +52,7 @@ struct httpd_conn {
     char field[16];
     size_t field_len;
     int field_is_auth, in_value;
+    int expect_continue;     /* "Expect: 100-continue" seen */
     size_t header_bytes;
     int err_status;          /* set by a parser callback: answer and close */
     /* Input not yet parsed. */
@@ -99,6 +100,7 @@ void httpd_limits_defaults(struct httpd_limits *lim)
 
 static void conn_update_io(struct httpd_conn *c);
 static void conn_close(struct httpd_conn *c);
+static void out_write(struct httpd_conn *c, const char *d, size_t n);
 static void drain(struct httpd_conn *c);
 
 /* ---- parser callbacks ---- */
@@ -114,6 +116,7 @@ static int on_message_begin(http_parser *p)
     c->in_value = 0;
     c->field_is_auth = 0;
     c->header_bytes = 0;
+    c->expect_continue = 0;
     loop_cancel(c->s->loop, &c->idle_timer);
     return 0;
 }
@@ -165,6 +168,8 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
     if (!c->in_value) {
         c->in_value = 1;
         c->field_is_auth = c->field_len == 13 && !memcmp(c->field, "authorization", 13);
+        if (c->field_len == 6 && !memcmp(c->field, "expect", 6) && n >= 4 && !memcmp(at, "100-", 4))
+            c->expect_continue = 1;
         if (c->field_is_auth) {
             c->auth_len = 0;
             c->has_auth = 1;
@@ -185,6 +190,8 @@ static int on_headers_complete(http_parser *p)
         c->err_status = 413;
         return -1;
     }
+    if (c->expect_continue) /* the client waits for this before the body */
+        out_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
     return 0;
 }
 

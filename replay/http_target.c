@@ -387,6 +387,11 @@ static void call_free(struct hcall *h)
 static void finish(struct http_target *t, struct hcall *h, enum target_status st, const char *msg)
 {
     loop_cancel(t->base.loop, &h->read_timer);
+    if (h->easy && h->kind == HK_CALL && !h->c->http_status) {
+        long status = 0;
+        curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &status);
+        h->c->http_status = (int)status;
+    }
     if (h->easy) {
         curl_multi_remove_handle(t->multi, h->easy);
         easy_put(t, h->easy);
