@@ -137,6 +137,8 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
 
 static void sreq_destroy(struct sreq *q)
 {
+    if (q)
+        free(q->hint_ids);
     free(q);
 }
 
@@ -388,6 +390,14 @@ static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
     if (!s->hint)
         s->hint = xcalloc(SCHED_HINTS, sizeof *s->hint);
     q->hint_key = key;
+    /* Its trace ids: where the next call's chain agrees, its hashes are
+     * copied instead of recomputed. */
+    if (q->r && q->r->n_blocks && q->chain_ratio) {
+        q->hint_n_ids = q->r->n_blocks;
+        q->hint_ids = xmalloc((size_t)q->hint_n_ids * sizeof *q->hint_ids);
+        memcpy(q->hint_ids, q->r->blocks, (size_t)q->hint_n_ids * sizeof *q->hint_ids);
+        q->bytes += (int64_t)q->hint_n_ids * 8;
+    }
     uint32_t k = hint_slot(key);
     if (s->hint[k])
         hint_drop(s, s->hint[k]);
@@ -415,12 +425,13 @@ static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engi
     s->finished++;
     struct engine_request *r = q->r;
     r->priv = NULL;
-    q->r = NULL;
     /* Keep it as its session's hint (it no longer refers to r). */
-    if (s->p.prefix_caching && q->hint_n && s->p.hint_budget > 0)
+    if (s->p.prefix_caching && q->hint_n && s->p.hint_budget > 0) {
         hint_put(s, q, r->session_key);
-    else
+        q->r = NULL;
+    } else {
         sreq_destroy(q);
+    }
     if (r->cb && r->cb->done)
         r->cb->done(r, t, st);
 }
@@ -484,6 +495,26 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     int bs = s->p.block_size;
     int64_t cap = (q->num_tokens - 1) / bs;
     int64_t known = q->num_tokens / bs;
+    const struct sreq *h = s->hint ? s->hint[hint_slot(q->r->session_key)] : NULL;
+    if (h && h->hint_key != q->r->session_key)
+        h = NULL;
+    if (q->n_hash == 0 && h && h->hint_n_ids && h->chain_ratio == q->chain_ratio) {
+        /* Same session (same salt), same ids at the same places: same
+         * hashes. */
+        uint32_t n = q->r->n_blocks < h->hint_n_ids ? q->r->n_blocks : h->hint_n_ids, c = 0;
+        const uint64_t *a = q->r->blocks, *b = h->hint_ids;
+        while (c < n && a[c] == b[c])
+            c++;
+        int64_t e = (int64_t)c * q->chain_ratio;
+        if (e > q->n_chain)
+            e = q->n_chain;
+        if (e > h->n_chain)
+            e = h->n_chain;
+        if (e > h->n_hash)
+            e = h->n_hash;
+        memcpy(q->hash, h->hash, (size_t)e * sizeof *q->hash);
+        q->n_hash = (uint32_t)e;
+    }
     if (q->n_hash < known && q->n_hash < q->n_chain)
         ensure_hashes(q, (uint32_t)(known < q->n_chain ? known : q->n_chain));
     uint32_t m = 0;
@@ -493,11 +524,10 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
      * block leaves the table). */
     if (q->hit_epoch == s->kv.evictions + 1) {
         m = q->hit_m;
-    } else if (s->hint) {
+    } else if (h) {
         /* The session's previous request: same hashes, blocks that still
          * hold them. */
-        const struct sreq *h = s->hint[hint_slot(q->r->session_key)];
-        if (h && h->hint_key == q->r->session_key) {
+        {
             uint32_t lim = h->hint_n;
             if ((int64_t)lim > cap)
                 lim = (uint32_t)cap;

@@ -115,6 +115,8 @@ struct sreq {
     uint32_t hint_n;         /* as a hint: full blocks [0, hint_n) were cached */
     uint64_t hint_key;       /* as a hint: its session_key */
     int64_t bytes;           /* its allocation */
+    uint64_t *hint_ids;      /* as a hint: its trace block ids (owned) */
+    uint32_t hint_n_ids;
     int64_t hit_epoch;       /* kv evictions + 1 then (0: none); while no block
                                 was evicted since, blk[0, hit_m) still match */
     /* This step. */
