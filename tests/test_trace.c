@@ -421,6 +421,31 @@ static void test_chunks(void)
     trace_destroy(t);
 }
 
+/* The digest follows content, not storage: a chain written whole or as
+ * base + suffix digests the same; another id does not. */
+static void test_digest(void)
+{
+    const char *h = "{\"format\":\"agentreplay-trace\",\"version\":1,\"scopes\":1}\n"
+                    "{\"session\":0,\"scope\":0,\"block_size\":4}\n"
+                    "{\"t\":0,\"in\":8,\"out\":1,\"ids\":[1,2]}\n";
+    char a[512], b[512], c[512], err[ERR_LEN];
+    snprintf(a, sizeof a, "%s{\"t\":5,\"in\":12,\"out\":1,\"base\":0,\"shared\":2,\"ids\":[3]}\n", h);
+    snprintf(b, sizeof b, "%s{\"t\":5,\"in\":12,\"out\":1,\"ids\":[1,2,3]}\n", h);
+    snprintf(c, sizeof c, "%s{\"t\":5,\"in\":12,\"out\":1,\"ids\":[1,2,4]}\n", h);
+    struct trace *x = trace_read_mem(a, strlen(a), "a", NULL, err);
+    struct trace *y = trace_read_mem(b, strlen(b), "b", NULL, err);
+    struct trace *z = trace_read_mem(c, strlen(c), "c", NULL, err);
+    CHECK(x && y && z, "digest docs read");
+    if (x && y && z) {
+        CHECK(x->calls[1].n_shared == 2 && y->calls[1].n_shared == 0, "stored differently");
+        CHECK(x->digest == y->digest, "same chains, same digest");
+        CHECK(x->digest != z->digest, "another id, another digest");
+    }
+    trace_destroy(x);
+    trace_destroy(y);
+    trace_destroy(z);
+}
+
 static void test_cli(void)
 {
     const char *p = test_shared("traces/agentic-cc");
@@ -496,6 +521,7 @@ int main(void)
     test_synth_round_trip();
     test_nested();
     test_chunks();
+    test_digest();
     test_cli();
     return test_report();
 }

@@ -479,8 +479,13 @@ static uint64_t mix_str(const struct trace *t, uint64_t h, uint32_t i)
     return hash_mix(h, s ? hash64(s, strlen(s), 1) : 0);
 }
 
+/* Content digest: every field but file names; chains by their content, so
+ * the same trace stored with other bases gives the same digest. */
 static uint64_t trace_digest(const struct trace *t)
 {
+    uint64_t *chain = xmalloc((t->n_calls ? t->n_calls : 1) * sizeof *chain);
+    uint64_t *buf = NULL;
+    uint32_t cap = 0;
     uint64_t h = hash_mix(0xd16e57, t->n_calls);
     h = hash_mix(h, t->n_sessions);
     h = hash_mix(h, (uint64_t)t->timestamped << 1 | t->global_scope);
@@ -513,12 +518,31 @@ static uint64_t trace_digest(const struct trace *t)
         h = mix_str(t, h, c->stop);
         h = mix_str(t, h, c->input_types);
         h = mix_str(t, h, c->output_types);
-        h = hash_mix(h, c->base);
-        h = hash_mix(h, c->n_shared);
-        h = hash_mix(h, c->n_blocks);
+        /* The chain's content, not its storage: the whole-chain hash,
+         * extended from the base's when the base's whole chain is shared. */
+        uint64_t ch;
+        if (c->n_shared && t->calls[c->base].n_blocks == c->n_shared) {
+            ch = chain[c->base];
+        } else {
+            ch = hash_mix(0xc4a1, 0);
+            if (c->n_shared) {
+                if (c->n_shared > cap) {
+                    cap = c->n_shared;
+                    buf = xrealloc(buf, (size_t)cap * sizeof *buf);
+                }
+                trace_call_blocks(t, &t->calls[c->base], buf, c->n_shared);
+                for (uint32_t k = 0; k < c->n_shared; k++)
+                    ch = hash_mix(ch, buf[k]);
+            }
+        }
         for (uint32_t k = 0; k < c->n_blocks - c->n_shared; k++)
-            h = hash_mix(h, c->suffix[k]);
+            ch = hash_mix(ch, c->suffix[k]);
+        chain[i] = ch;
+        h = hash_mix(h, c->n_blocks);
+        h = hash_mix(h, ch);
     }
+    free(chain);
+    free(buf);
     return h;
 }
 
