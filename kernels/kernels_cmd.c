@@ -5,9 +5,10 @@
  *                                the kernel sequence of each path and layer
  *                                kind (the names calibration files use),
  *                                with each kernel's least bytes and floor
- *   kernels cpu-check [--batch B] [--seed S]
- *                                both paths in C at reduced shapes: the
- *                                layer output of each, compared (no GPU)
+ *   kernels cpu-check [--batch B] [--seed S] [--tp T]
+ *                                both paths in C, at reduced shapes or
+ *                                (--tp) the full shard shapes: the layer
+ *                                output of each, compared (no GPU)
  *   kernels check | bench ...    run the CUDA driver
  *                                build/kernels/agentreplay-kernels (built
  *                                by `make kernels` where nvcc exists);
@@ -32,7 +33,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: agentreplay kernels list [--tp T] [--batch B] [--ctx N] [--bw GB/s]\n"
-            "       agentreplay kernels cpu-check [--batch B] [--seed S]\n"
+            "       agentreplay kernels cpu-check [--batch B] [--seed S] [--tp T]\n"
             "       agentreplay kernels check [--tp T] [--batches LIST] [--ctx N] [--seed S]\n"
             "       agentreplay kernels bench --tp T [-o CALIBRATION.json] [--results FILE]\n"
             "                                 [--batches LIST] [--ctx N] [--iters N]\n"
@@ -122,7 +123,7 @@ static int cmd_list(int argc, char **argv)
 
 static int cmd_cpu_check(int argc, char **argv)
 {
-    int batch = 4, seed = 1;
+    int batch = 4, seed = 1, tp = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--batch")) {
@@ -130,6 +131,9 @@ static int cmd_cpu_check(int argc, char **argv)
                 return EXIT_BADINPUT;
         } else if (!strcmp(argv[i], "--seed")) {
             if (int_arg("--seed", v, 0, 1 << 30, &seed))
+                return EXIT_BADINPUT;
+        } else if (!strcmp(argv[i], "--tp")) {
+            if (int_arg("--tp", v, 1, 16, &tp))
                 return EXIT_BADINPUT;
         } else {
             fprintf(stderr, "agentreplay kernels cpu-check: unknown option %s\n", argv[i]);
@@ -142,7 +146,12 @@ static int cmd_cpu_check(int argc, char **argv)
         struct k3_shape s;
         struct k3_layer A, F;
         char err[K3_ERR_LEN];
-        k3_shape_small(&s, 64);
+        if (tp == 0)
+            k3_shape_small(&s, 64);
+        else if (k3_shape_full(&s, tp, 64, err)) {
+            fprintf(stderr, "agentreplay kernels cpu-check: %s\n", err);
+            return EXIT_BADINPUT;
+        }
         if (k3_layer_init(&A, &s, (enum k3_kind)k, batch, err)) {
             fprintf(stderr, "agentreplay kernels cpu-check: %s\n", err);
             return EXIT_BADINPUT;
@@ -164,8 +173,10 @@ static int cmd_cpu_check(int argc, char **argv)
         int same = !memcmp(K3_I32(&F, K3_A_IDS), K3_I32(&A, K3_A_IDS),
                            A.t[K3_A_IDS].count * sizeof(int32_t));
         int ok = same ? e < 1e-3 : isfinite(e);
-        printf("%s layer, batch %d (reduced shapes): fused vs standard output nmse %.3g%s  %s\n",
-               k3_kind_name((enum k3_kind)k), batch, e,
+        char shape[32];
+        snprintf(shape, sizeof shape, tp ? "tp %d shard shapes" : "reduced shapes", tp);
+        printf("%s layer, batch %d (%s): fused vs standard output nmse %.3g%s  %s\n",
+               k3_kind_name((enum k3_kind)k), batch, shape, e,
                same ? "" : " (a near tie routed a token differently)", ok ? "ok" : "FAIL");
         bad += !ok;
         free(h);
