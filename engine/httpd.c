@@ -668,6 +668,38 @@ int httpd_port(const struct httpd *s) { return s->port; }
 
 void httpd_get_stats(const struct httpd *s, struct httpd_stats *st) { *st = s->st; }
 
+int httpd_verify(const struct httpd *s, char *err)
+{
+    uint64_t n = 0;
+    const struct httpd_conn *prev = NULL;
+    for (const struct httpd_conn *c = s->conns; c; prev = c, c = c->next, n++) {
+        if (c->prev != prev)
+            return err_set(err, "connection %llu: broken back link", (unsigned long long)n);
+        if (c->closed || c->mem || c->fd < 0)
+            return err_set(err, "connection %llu: closed or in-memory on the open list",
+                           (unsigned long long)n);
+        if (c->out_len > s->lim.max_out_bytes)
+            return err_set(err, "connection %llu: %zu bytes queued over the limit %zu",
+                           (unsigned long long)n, c->out_len, s->lim.max_out_bytes);
+        if (c->out_head + c->out_len > c->out_cap)
+            return err_set(err, "connection %llu: output queue past its buffer", (unsigned long long)n);
+        if (c->pend_len > c->pend_cap || c->pend_len > PEND_READ_LIMIT + 65536)
+            return err_set(err, "connection %llu: %zu bytes of input queued", (unsigned long long)n,
+                           c->pend_len);
+        if (c->body_len > s->lim.max_body_bytes || c->header_bytes > s->lim.max_header_bytes)
+            return err_set(err, "connection %llu: request over the limits", (unsigned long long)n);
+        if (c->streaming && !c->busy)
+            return err_set(err, "connection %llu: streaming without a request", (unsigned long long)n);
+    }
+    if (n != s->st.conns_open)
+        return err_set(err, "%llu connections listed, %llu counted open", (unsigned long long)n,
+                       (unsigned long long)s->st.conns_open);
+    for (const struct httpd_conn *c = s->graveyard; c; c = c->next)
+        if (!c->closed)
+            return err_set(err, "an open connection among the closed ones");
+    return 0;
+}
+
 void httpd_destroy(struct httpd *s)
 {
     if (!s)

@@ -71,6 +71,9 @@ int httpd_port(const struct httpd *s);
 /* Closes every connection (their on_close callbacks run) and the socket. */
 void httpd_destroy(struct httpd *s);
 void httpd_get_stats(const struct httpd *s, struct httpd_stats *st);
+/* Checks the connection list and every buffer against the limits;
+ * 0 or -1 with err set (tests call it after each step). */
+int httpd_verify(const struct httpd *s, char *err);
 
 /* Answers with a whole body and Content-Length. */
 void httpd_respond(struct httpd_conn *c, int status, const char *content_type,

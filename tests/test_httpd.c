@@ -179,6 +179,8 @@ static void mem_tests(void)
         httpd_conn_mem_destroy(c);
     }
     CHECK(closed > 0, "garbage closes connections");
+    char verr[ERR_LEN];
+    CHECKF(httpd_verify(h, verr) == 0, "httpd_verify after garbage: %s", verr);
     httpd_destroy(h);
     loop_destroy(l);
 }
@@ -217,6 +219,19 @@ static void pump_cb(struct loop *l, struct loop_timer *t)
 }
 
 static void quit_cb(struct loop *l, struct loop_timer *t) { loop_stop(l); }
+
+/* Runs httpd_verify every millisecond on the server's own thread. */
+static int verify_fails;
+static struct loop_timer verify_timer;
+static void verify_cb(struct loop *l, struct loop_timer *t)
+{
+    char err[ERR_LEN];
+    if (httpd_verify(t->arg, err)) {
+        if (!verify_fails++)
+            fprintf(stderr, "httpd_verify: %s\n", err);
+    }
+    loop_at(l, t, loop_now(l) + NS_PER_MS, verify_cb, t->arg);
+}
 
 static void live_handler(struct httpd_conn *c, const struct httpd_request *r, void *arg)
 {
@@ -294,6 +309,7 @@ static void live_tests(void)
     CHECK(httpd_listen(v.h, "127.0.0.1", 0, err) == 0, "listen on a free port");
     int port = httpd_port(v.h);
     CHECK(port > 0, "port assigned");
+    loop_at(v.l, &verify_timer, loop_now(v.l), verify_cb, v.h);
     pthread_t th;
     pthread_create(&th, NULL, serve_thread, &v);
 
@@ -340,6 +356,8 @@ static void live_tests(void)
     struct httpd_stats st;
     httpd_get_stats(v.h, &st);
     CHECKF(st.dropped_slow >= 1, "dropped_slow counted (%llu)", (unsigned long long)st.dropped_slow);
+    CHECKF(verify_fails == 0, "httpd_verify held at every millisecond (%d failures)", verify_fails);
+    loop_cancel(v.l, &verify_timer);
     httpd_destroy(v.h);
     loop_destroy(v.l);
 }

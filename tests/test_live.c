@@ -545,8 +545,10 @@ static void test_faults(void)
     CHECK(serve_start(&s, "faults", extra) == 0, "serve (faults) started");
     if (!s.port)
         return;
+    char murl[80];
+    snprintf(murl, sizeof murl, "http://127.0.0.1:%d/metrics", s.port);
     const char *const args[] = {"--concurrency", "4", "--duration", "3", "--idle-cap", "0.05",
-                                "--read-timeout", "0.2", "--grace", "5", NULL};
+                                "--read-timeout", "0.2", "--grace", "5", "--metrics-url", murl, NULL};
     char out[600];
     int rc = run_load(s.port, "faults-load", args, 30000, out, sizeof out);
     double f_err = scrape(s.port, "agentreplay_faults_injected_total{kind=\"error\"}");
@@ -574,6 +576,24 @@ static void test_faults(void)
            r.n - r.errors - r.cancelled, ok);
     CHECKF(run && r.n == (int)num(run, "run", "calls_sent", NULL), "nothing lost: %d records, %g sent", r.n,
            run ? num(run, "run", "calls_sent", NULL) : NAN);
+    /* The server's metrics were scraped into the timeline, once a second. */
+    char mp[700];
+    snprintf(mp, sizeof mp, "%s/metrics_timeline.jsonl", out);
+    FILE *mf = fopen(mp, "r");
+    int lines = 0, with_running = 0;
+    char line[1 << 14];
+    while (mf && fgets(line, sizeof line, mf)) {
+        lines++;
+        json_error_t je;
+        json_t *j = json_loads(line, 0, &je);
+        with_running += j && json_is_number(json_object_get(json_object_get(j, "samples"),
+                                                            "agentreplay_requests_running"));
+        json_decref(j);
+    }
+    if (mf)
+        fclose(mf);
+    CHECKF(lines >= 2 && with_running == lines, "metrics scraped into the timeline (%d lines, %d with gauges)",
+           lines, with_running);
     json_decref(run);
 }
 
