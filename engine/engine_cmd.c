@@ -58,10 +58,12 @@ static void print_table(json_t *d)
     printf("%-44s %12.2f\n", "  weights (TP shard)", num(d, "memory_per_gpu", "weights_bytes") / GB);
     printf("%-44s %12.2f\n", "  activations reserve",
            num(d, "memory_per_gpu", "activations_bytes") / GB);
-    snprintf(label, sizeof label, "  recurrent-state slots (%lld x %.2f MB)",
-             inum(d, "memory_per_gpu", "state_slots"),
-             num(d, "memory_per_gpu", "state_slot_bytes") / MB);
-    printf("%-44s %12.2f\n", label, num(d, "memory_per_gpu", "states_bytes") / GB);
+    if (inum(d, "memory_per_gpu", "state_slots")) {
+        snprintf(label, sizeof label, "  recurrent-state slots (%lld x %.2f MB)",
+                 inum(d, "memory_per_gpu", "state_slots"),
+                 num(d, "memory_per_gpu", "state_slot_bytes") / MB);
+        printf("%-44s %12.2f\n", label, num(d, "memory_per_gpu", "states_bytes") / GB);
+    }
     printf("%-44s %12.2f\n", "  KV pool (blocks + state checkpoints)",
            num(d, "memory_per_gpu", "kv_pool_bytes") / GB);
     printf("\n%-44s %12s\n", "capacity per replica", "");
@@ -70,7 +72,9 @@ static void print_table(json_t *d)
     printf("%-44s %12lld\n", label, inum(d, "capacity", "kv_blocks_per_replica"));
     printf("%-44s %12lld\n", "KV tokens", inum(d, "capacity", "kv_tokens_per_replica"));
     printf("%-44s %12lld\n", "sequences (max_num_seqs)", inum(d, "capacity", "sequences_per_replica"));
-    printf("%-44s %12lld\n", "recurrent-state slots", inum(d, "capacity", "state_slots_per_replica"));
+    if (inum(d, "capacity", "state_slots_per_replica"))
+        printf("%-44s %12lld\n", "recurrent-state slots",
+               inum(d, "capacity", "state_slots_per_replica"));
     if (inum(d, "capacity", "checkpoint_blocks")) {
         printf("%-44s %12lld\n", "state checkpoint size (KV blocks)",
                inum(d, "capacity", "checkpoint_blocks"));
