@@ -37,7 +37,11 @@
  * returns -1 only for malformed requests (no tokens, no callbacks, an
  * engine block size that does not divide the trace's block size).
  * Acceptance draws depend on (seed, request id, session_key, step), so
- * callers should give distinct calls distinct ids.
+ * callers should give distinct calls distinct ids. Work a caller starts
+ * from a first_token or chunk callback happens at loop_now(), which under
+ * closed-form advance can be later than the callback's time; start
+ * follow-up work from `done` (or a timer) to get the same run in both
+ * modes.
  */
 #ifndef ENGINE_H
 #define ENGINE_H
