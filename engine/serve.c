@@ -12,9 +12,9 @@
  * token mode; whitespace-separated words for text, the server's token
  * count) are cut into chunks of 64 and each chunk gets an id chained over
  * the chunks before it (replay/prompt.h), so identical prefixes hit in the
- * engine's cache and different ones do not. The engine's cache key
- * (session_key) is the request's "user" field when given, else 0: the
- * content alone decides.
+ * engine's cache and different ones do not. The engine's cache key and
+ * routing key (session_key) is the request's "user" field when given,
+ * else the id of the prompt's first chunk.
  *
  * Faults for testing clients (seeded, RNG_FAULT; two draws per completion
  * request so the schedule does not depend on the outcome):
@@ -608,6 +608,12 @@ static void handle_completion(struct srv *s, struct httpd_conn *c, const struct 
         if (q->disconnect_at >= max_tokens)
             q->disconnect_at = max_tokens > 1 ? max_tokens - 1 : 1;
     }
+    /* Without a "user", the first chunk's id is the cache key: two prompts
+     * can share a prefix only if their first chunks are equal, so keying
+     * by it loses no hit, and the affinity router keeps a conversation
+     * (whose prompts start alike) on one replica. */
+    if (!q->call.session_key && q->call.n_blocks)
+        q->call.session_key = q->blocks[0];
     q->call.id = s->next_id;
     q->call.max_tokens = max_tokens;
     q->call.ignore_eos = true;
