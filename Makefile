@@ -94,10 +94,14 @@ bench: deps-ok $(BUILD)/agentreplay $(BENCH_BIN)
 
 # Fuzz harnesses: clang's libFuzzer, each for FUZZ_SECONDS.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=build/fuzz/%.o)
+# The harnesses reach no kernel code (only main.c calls kernels_cmd), and
+# kernels/ is built by gcc and nvcc only.
+FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/%,$(LIB_SRC)))
 build/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
-	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -DAGENTREPLAY_DATADIR='"$(PREFIX)/share/agentreplay"' -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+# Kept between runs (make would delete them as intermediates).
+.SECONDARY: $(FUZZ_LIB_OBJ)
 build/fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_LIB_OBJ)
 	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined $^ -o $@ $(LDLIBS)
 fuzz: deps-ok $(FUZZ_BIN)
