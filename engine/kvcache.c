@@ -163,7 +163,7 @@ static void lru_reserve(struct kvcache *kv, uint64_t n)
     kv->q_cap = cap;
 }
 
-void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
+void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out)
 {
     lru_reserve(kv, n);
     uint64_t *st = kv->st;
@@ -179,6 +179,8 @@ void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
         s--;
         if (kv_st_ref(s)) {
             st[i] = s;
+            if (gen_out)
+                gen_out[k] = kv_st_gen(s);
             continue;
         }
         freed++;
@@ -195,6 +197,8 @@ void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
             kv->free_units++;
             empty_push(kv, i);
         }
+        if (gen_out)
+            gen_out[k] = kv_st_gen(st[i]);
     }
     kv->q_len += (uint64_t)pushed;
     kv->n_lru += pushed;

@@ -124,8 +124,9 @@ uint32_t kv_alloc(struct kvcache *kv);
 /* Drops one reference; at zero a hashed block goes to the LRU list's
  * most-recent end, an unhashed one back to the empty stack. */
 void kv_release(struct kvcache *kv, uint32_t i);
-/* Releases blk[n-1] down to blk[0] (a request's blocks, tail first). */
-void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n);
+/* Releases blk[n-1] down to blk[0] (a request's blocks, tail first);
+ * gen_out (if not NULL) receives each block's generation afterwards. */
+void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out);
 /* Acquires blk[0 .. n). */
 void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n);
 /* Registers a full block's content hash. If another block already holds

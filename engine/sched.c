@@ -333,10 +333,10 @@ static void ensure_hashes(struct sreq *q, uint32_t upto)
     q->n_hash = upto > q->n_hash ? upto : q->n_hash;
 }
 
-static void release_blocks(struct sched *s, struct sreq *q)
+static void release_blocks(struct sched *s, struct sreq *q, uint32_t *gen_out)
 {
     /* Tail first, so that chain tails are evicted before their heads. */
-    kv_release_chain(&s->kv, q->blk, q->n_blk);
+    kv_release_chain(&s->kv, q->blk, q->n_blk, gen_out);
     q->n_blk = 0;
     q->n_committed = 0;
 }
@@ -417,9 +417,7 @@ static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
 static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engine_status st)
 {
     q->hint_n = q->n_committed < q->n_blk ? q->n_committed : q->n_blk;
-    release_blocks(s, q);
-    for (uint32_t i = 0; i < q->hint_n; i++)
-        q->gen[i] = kv_gen(&s->kv, q->blk[i]);
+    release_blocks(s, q, q->gen);
     q->state = SREQ_DONE;
     s->outstanding--;
     s->finished++;
@@ -438,7 +436,7 @@ static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engi
 
 static void preempt(struct sched *s, struct sreq *q)
 {
-    release_blocks(s, q);
+    release_blocks(s, q, NULL);
     q->hit_epoch = 0;
     q->num_computed = 0;
     q->state = SREQ_WAITING;
@@ -495,6 +493,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     int bs = s->p.block_size;
     int64_t cap = (q->num_tokens - 1) / bs;
     int64_t known = q->num_tokens / bs;
+    uint32_t copied = 0;  /* hashes known equal to the hint's */
     const struct sreq *h = s->hint ? s->hint[hint_slot(q->r->session_key)] : NULL;
     if (h && h->hint_key != q->r->session_key)
         h = NULL;
@@ -514,6 +513,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
             e = h->n_hash;
         memcpy(q->hash, h->hash, (size_t)e * sizeof *q->hash);
         q->n_hash = (uint32_t)e;
+        copied = (uint32_t)e;
     }
     if (q->n_hash < known && q->n_hash < q->n_chain)
         ensure_hashes(q, (uint32_t)(known < q->n_chain ? known : q->n_chain));
@@ -533,7 +533,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
                 lim = (uint32_t)cap;
             if (lim > q->n_hash)
                 lim = q->n_hash;
-            while (m < lim && h->hash[m] == q->hash[m]) {
+            while (m < lim && (m < copied || h->hash[m] == q->hash[m])) {
                 uint32_t b = h->blk[m];
                 if (m + 8 < lim)
                     __builtin_prefetch(&s->kv.st[h->blk[m + 8]]);

@@ -146,7 +146,7 @@ static void test_random(void)
         if (n >= 390) {
             /* Half the time as one chain (tail first), as requests do. */
             if (rng_below(&r, 2)) {
-                kv_release_chain(&kv, held, (uint32_t)n);
+                kv_release_chain(&kv, held, (uint32_t)n, NULL);
                 n = 0;
             }
             while (n)
