@@ -753,7 +753,8 @@ static void usage(FILE *f)
             "  --fault-stall-ms MS       hold requests MS before serving them\n"
             "  --fault-stall-rate P      fraction held (default 1 when --fault-stall-ms)\n"
             "  --fault-seed S            seed of the fault draws (1)\n"
-            "Engine flags: see 'agentreplay sim --help'.\n");
+            "The engine runs stepwise and each chunk is streamed when produced.\n\n%s",
+            engine_flags_help);
 }
 
 static int parse_double(const char *s, double lo, double hi, double *out)

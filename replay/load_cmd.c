@@ -261,7 +261,8 @@ static void usage(FILE *f)
             "  --force                 write into a non-empty output folder\n"
             "Text mode makes each prompt token one common English word (one token in\n"
             "current BPE vocabularies, so lengths are approximate); tokens mode sends\n"
-            "exact token ids.\n\n%s",
+            "exact token ids. Ctrl-C stops sending, waits up to --grace for calls in\n"
+            "flight, writes everything and marks the run interrupted (twice: at once).\n\n%s",
             replay_flags_help);
 }
 
