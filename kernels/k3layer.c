@@ -1085,6 +1085,19 @@ void k3_op_cost(const struct k3_layer *L, enum k3_op_id id, double *bytes, doubl
     k3_op_cost_shape(&L->sh, L->kind, L->batch, distinct_experts(L), ctx, id, bytes, flops);
 }
 
+int k3_same_experts(int B, int k, const int32_t *a, const int32_t *b)
+{
+    for (int t = 0; t < B; t++)
+        for (int i = 0; i < k; i++) {
+            int found = 0;
+            for (int j = 0; j < k && !found; j++)
+                found = a[(size_t)t * k + i] == b[(size_t)t * k + j];
+            if (!found)
+                return 0;
+        }
+    return 1;
+}
+
 double k3_experts_touched(const struct k3_shape *s, int batch)
 {
     return s->experts * (1.0 - pow(1.0 - (double)s->topk / s->experts, batch));

@@ -248,6 +248,10 @@ void k3_op_cost(const struct k3_layer *L, enum k3_op_id id, double *bytes,
  * `ctx_tokens` cached positions attended over the batch (MLA). */
 void k3_op_cost_shape(const struct k3_shape *s, enum k3_kind kind, int batch, double experts,
                       double ctx_tokens, enum k3_op_id id, double *bytes, double *flops);
+/* Whether two routings choose the same experts for every token (in any
+ * order): ids a, b: [B][k]. */
+int k3_same_experts(int B, int k, const int32_t *a, const int32_t *b);
+
 /* Expected distinct experts for `batch` tokens, uniform routing:
  * E (1 - (1 - k/E)^batch). */
 double k3_experts_touched(const struct k3_shape *s, int batch);
