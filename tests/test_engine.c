@@ -591,8 +591,61 @@ static void test_chrome_trace(void)
     loop_destroy(l);
 }
 
+/* ---- router ---- */
+
+static void test_router(void)
+{
+    static const enum engine_router rs[] = {ENGINE_ROUTER_AFFINITY, ENGINE_ROUTER_ROUND_ROBIN,
+                                            ENGINE_ROUTER_LEAST_LOADED};
+    for (size_t k = 0; k < ARRAY_LEN(rs); k++) {
+        struct engine_config c;
+        engine_config_defaults(&c);
+        c.gpus = 64;
+        c.router = rs[k];
+        struct loop *l = loop_virtual_create();
+        char err[ERR_LEN];
+        struct engine *e = engine_create(&c, l, err);
+        CHECK(e && engine_replicas(e) == 4, "64 GPUs at TP16: 4 replicas");
+        struct fb b = {.first_min = -1};
+        struct fb_req rq[12];
+        memset(rq, 0, sizeof rq);
+        int per[4] = {0};
+        for (int i = 0; i < 12; i++) {
+            rq[i].r.id = (uint64_t)i;
+            rq[i].r.session_key = (uint64_t)(i % 3); /* 3 sessions, 4 calls each */
+            rq[i].r.prompt_tokens = 100;
+            rq[i].r.max_tokens = 10;
+            rq[i].r.cb = &FBCB;
+            rq[i].b = &b;
+            engine_submit(e, &rq[i].r, err);
+            per[rq[i].r.replica]++;
+        }
+        if (rs[k] == ENGINE_ROUTER_AFFINITY) {
+            bool same = true;
+            for (int i = 3; i < 12; i++)
+                same &= rq[i].r.replica == rq[i % 3].r.replica;
+            CHECK(same, "affinity: a session's calls go to one replica");
+            CHECK(rq[0].r.replica != rq[1].r.replica && rq[1].r.replica != rq[2].r.replica &&
+                      rq[0].r.replica != rq[2].r.replica,
+                  "affinity: new sessions go to the least loaded replica");
+        } else {
+            CHECKF(per[0] == 3 && per[1] == 3 && per[2] == 3 && per[3] == 3,
+                   "%s spreads 12 calls 3 per replica", engine_router_name(rs[k]));
+        }
+        struct engine_replica_stats rst;
+        engine_get_replica_stats(e, rq[0].r.replica, &rst);
+        CHECK(rst.waiting + rst.running >= 1, "replica stats count its requests");
+        loop_run(l);
+        engine_get_replica_stats(e, rq[0].r.replica, &rst);
+        CHECK(rst.running == 0 && rst.waiting == 0 && rst.steps > 0, "all done");
+        engine_destroy(e);
+        loop_destroy(l);
+    }
+}
+
 int main(void)
 {
+    test_router();
     test_bad_input();
     test_closed_form_identity();
     test_decode_speed();
