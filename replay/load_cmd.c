@@ -52,13 +52,25 @@ struct load {
 };
 
 static int g_sig_fd = -1;
+static volatile sig_atomic_t g_early_sigs; /* signals before the loop ran */
 static void on_signal(int sig)
 {
     if (g_sig_fd >= 0) {
         char b = (char)sig;
         ssize_t w = write(g_sig_fd, &b, 1);
         (void)w;
+    } else {
+        g_early_sigs++;
     }
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 static void interrupt_now(struct loop *l, struct loop_timer *t)
@@ -257,6 +269,7 @@ static void usage(FILE *f)
             "  --lag-threshold-ms MS   schedule-lag P99 above it marks the run degraded [50]\n"
             "  --metrics-url URL       scrape Prometheus metrics every tick\n"
             "  --gpus N                GPUs of the deployment, for per-GPU throughput [1]\n"
+            "  --tp N                  its tensor-parallel size (replicas = gpus / tp) [gpus]\n"
             "  --quiet                 no progress lines\n"
             "  --force                 write into a non-empty output folder\n"
             "Text mode makes each prompt token one common English word (one token in\n"
@@ -286,7 +299,7 @@ int load_cmd(int argc, char **argv)
     replay_config_defaults(&ld.rcfg);
     const char *trace_path = NULL, *out_dir = NULL;
     double lag_threshold_ms = 50;
-    int have_url = 0, gpus = 1, force = 0;
+    int have_url = 0, gpus = 1, tp = 0, force = 0;
     const char *env_key = getenv("OPENAI_API_KEY");
     if (env_key)
         snprintf(hc.api_key, sizeof hc.api_key, "%s", env_key);
@@ -355,6 +368,11 @@ int load_cmd(int argc, char **argv)
             bad = *e || !(lag_threshold_ms > 0);
         } else if (!strcmp(a, "--metrics-url")) {
             snprintf(ld.metrics_url, sizeof ld.metrics_url, "%s", v);
+        } else if (!strcmp(a, "--tp")) {
+            char *e;
+            long x = strtol(v, &e, 10);
+            bad = *e || x < 1 || x > 1000000;
+            tp = (int)x;
         } else if (!strcmp(a, "--gpus")) {
             char *e;
             long g = strtol(v, &e, 10);
@@ -377,10 +395,19 @@ int load_cmd(int argc, char **argv)
         fprintf(stderr, "load: --prompt-mode tokens needs --endpoint completions\n");
         return EXIT_BADINPUT;
     }
+    if (!tp)
+        tp = gpus;
+    if (gpus % tp) {
+        fprintf(stderr, "load: --gpus %d is not a multiple of --tp %d\n", gpus, tp);
+        return EXIT_BADINPUT;
+    }
     hc.seed = ld.rcfg.seed;
     hc.gpus = gpus;
     ld.grace_ns = ld.rcfg.grace_ns;
 
+    /* A signal from here on still leaves a result folder: one that comes
+     * before the replay starts is acted on at its first turn. */
+    catch_signals();
     struct trace_read_opts topts = {0};
     struct trace *tr = trace_read(trace_path, &topts, err);
     if (!tr) {
@@ -441,11 +468,11 @@ int load_cmd(int argc, char **argv)
         ld.sig_io.cb = sig_cb;
         ld.sig_io.arg = &ld;
         loop_io_start(ld.loop, &ld.sig_io);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
+        for (int k = g_early_sigs; k > 0; k--) {
+            char b = (char)SIGINT;
+            ssize_t w = write(g_sig_fd, &b, 1);
+            (void)w;
+        }
     }
     signal(SIGPIPE, SIG_IGN);
     if (!ld.quiet)
@@ -465,8 +492,10 @@ int load_cmd(int argc, char **argv)
     loop_cancel(ld.loop, &ld.grace_timer);
     loop_cancel(ld.loop, &ld.drain_timer);
     g_sig_fd = -1;
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    /* Ignored while the results are written: a late signal must not leave
+     * records without their run.json. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
 
     struct metrics_summary sum;
     struct replay_outcome oc;
@@ -508,8 +537,8 @@ int load_cmd(int argc, char **argv)
         .command = cmdline,
         .label = label,
         .gpus = gpus,
-        .tp = 0,
-        .replicas = 0,
+        .tp = tp,
+        .replicas = gpus / tp,
         .backend = "live",
         .model = hc.model,
         .gpu = NULL,
