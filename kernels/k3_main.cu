@@ -7,9 +7,10 @@
  *       inputs, its outputs are poisoned first (where it writes them
  *       whole) and compared by NMSE; exit status 1 on any failure.
  *   agentreplay-kernels bench --tp T [-o CALIBRATION.json] [--results FILE]
- *       [--batches 1,2,...,64] [--ctx N] [--iters N] [--gpu-name NAME]
- *       [--with-local-reduction]
- *       times every kernel (a CUDA graph per kernel, replayed) and each
+ *       [--batches 1,2,...,64] [--ctx N] [--contexts 1024,4096,16384]
+ *       [--iters N] [--gpu-name NAME] [--with-local-reduction]
+ *       times every kernel (a CUDA graph per kernel, replayed; the MLA
+ *       attention kernels at each of --contexts, the rest at --ctx) and each
  *       path's whole layer (one graph, side stream overlapped) per batch,
  *       alternating two copies of the layer so the 50 MB L2 holds neither
  *       weights nor routing from the previous replay; measures the
@@ -56,6 +57,7 @@ struct opts {
     int tp = 8;
     std::vector<int> batches;
     int ctx = 4096;
+    std::vector<int> contexts; /* bench: contexts for the attention kernels */
     int iters = 30;
     uint64_t seed = 0;
     const char *out = NULL;
@@ -69,17 +71,18 @@ static void usage(void)
     fprintf(stderr,
             "usage: agentreplay-kernels check [--tp T] [--batches LIST] [--ctx N] [--seed S]\n"
             "       agentreplay-kernels bench --tp T [-o FILE] [--results FILE] [--batches LIST]\n"
-            "                                 [--ctx N] [--iters N] [--gpu-name NAME]\n"
+            "                                 [--ctx N] [--contexts LIST] [--iters N]\n"
+            "                                 [--gpu-name NAME]\n"
             "                                 [--with-local-reduction]\n");
 }
 
-static int parse_list(const char *s, std::vector<int> &v)
+static int parse_list(const char *s, std::vector<int> &v, long hi = 64)
 {
     v.clear();
     while (*s) {
         char *end;
         long x = strtol(s, &end, 10);
-        if (end == s || x < 1 || x > 64)
+        if (end == s || x < 1 || x > hi)
             return -1;
         v.push_back((int)x);
         s = *end == ',' ? end + 1 : end;
@@ -108,6 +111,11 @@ static int parse(int argc, char **argv, opts &o)
         else if (!strcmp(a, "--batches")) {
             if (parse_list(v, o.batches)) {
                 fprintf(stderr, "agentreplay-kernels: --batches: a list of 1..64\n");
+                return -1;
+            }
+        } else if (!strcmp(a, "--contexts")) {
+            if (parse_list(v, o.contexts, 1 << 20)) {
+                fprintf(stderr, "agentreplay-kernels: --contexts: a list of 1..1048576\n");
                 return -1;
             }
         } else if (!strcmp(a, "--ctx"))
@@ -139,11 +147,12 @@ static int parse(int argc, char **argv, opts &o)
 }
 
 static int setup_layer(struct k3_layer *L, int tp, enum k3_kind kind, int batch, int ctx,
-                       uint64_t seed)
+                       uint64_t seed, int ctx_max = 0)
 {
     struct k3_shape s;
     char err[K3_ERR_LEN];
-    if (k3_shape_full(&s, tp, ctx, err) || k3_layer_init(L, &s, kind, batch, err)) {
+    if (k3_shape_full(&s, tp, ctx_max > ctx ? ctx_max : ctx, err) ||
+        k3_layer_init(L, &s, kind, batch, err)) {
         fprintf(stderr, "agentreplay-kernels: %s\n", err);
         return -1;
     }
@@ -429,9 +438,22 @@ static double copy_bandwidth(void)
 }
 
 struct point {
-    int batch;
+    int batch, context;
     float us;
 };
+
+/* Sequence b's new token at position ctx - 1 - (b % 3), as
+ * k3_layer_randomize places them: the batch's mean context is about ctx. */
+static void set_context(struct k3_layer *L, int ctx)
+{
+    if (L->kind != K3_MLA)
+        return;
+    for (size_t b = 0; b < L->t[K3_S_MLA_POS].count; b++) {
+        int p = ctx - 1 - (int)(b % 3);
+        K3_I32(L, K3_S_MLA_POS)[b] = p < 0 ? 0 : p;
+    }
+    k3_gpu_put(L, K3_S_MLA_POS);
+}
 struct entry {
     const char *path, *kind, *kernel;
     bool attention; /* depends on the context */
@@ -514,6 +536,9 @@ static int cmd_bench(const opts &o)
     else
         k3_calib_gpu_name(prop.name, gpu, sizeof gpu);
     uint64_t seed = o.seed ? o.seed : (uint64_t)time(NULL);
+    std::vector<int> contexts =
+        o.contexts.empty() ? std::vector<int>{1024, 4096, 16384} : o.contexts;
+    int ctx_max = *std::max_element(contexts.begin(), contexts.end());
     double bw = copy_bandwidth();
     FILE *res = o.results ? fopen(o.results, "w") : stdout;
     if (!res) {
@@ -536,14 +561,15 @@ static int cmd_bench(const opts &o)
     cudaCheck(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     for (int k = 0; k < K3_KIND_COUNT; k++) {
         fprintf(res, "## %s layer\n\n", k3_kind_name((enum k3_kind)k));
-        fprintf(res, "| path | kernel | batch | us | GB/s | %% of copy |\n|---|---|---|---|---|---|\n");
+        fprintf(res, "| path | kernel | batch | context | us | GB/s | %% of copy |\n"
+                     "|---|---|---|---|---|---|---|\n");
         std::vector<float> layer_us[K3_PATH_COUNT];
         /* Two copies of the layer at the largest batch; a smaller batch
          * uses the leading rows of every [B][...] tensor. */
         int bmax = *std::max_element(batches.begin(), batches.end());
         struct k3_layer L[NSETS];
         for (int s = 0; s < NSETS; s++) {
-            if (setup_layer(&L[s], o.tp, (enum k3_kind)k, bmax, o.ctx, seed + s))
+            if (setup_layer(&L[s], o.tp, (enum k3_kind)k, bmax, o.ctx, seed + s, ctx_max))
                 return 2;
             k3_gpu_upload(&L[s]);
         }
@@ -560,30 +586,43 @@ static int cmd_bench(const opts &o)
                     const struct k3_op *op = &ops[i];
                     if (op->id == K3_OP_ATTN_ALLREDUCE || op->id == K3_OP_MOE_ALLREDUCE)
                         continue;
-                    cudaGraphExec_t g[NSETS];
-                    for (int s = 0; s < NSETS; s++) {
-                        cudaGraph_t gr;
-                        cudaCheck(cudaStreamBeginCapture(main_s, cudaStreamCaptureModeGlobal));
-                        k3_gpu_launch(&L[s], op->id, main_s);
-                        cudaCheck(cudaStreamEndCapture(main_s, &gr));
-                        cudaCheck(cudaGraphInstantiate(&g[s], gr, 0));
-                        cudaCheck(cudaGraphDestroy(gr));
+                    bool attn = op->id == K3_OP_MLA_ATTENTION || op->id == K3_OP_F_MLA_ATTENTION;
+                    /* attention at every context; the others at the default */
+                    size_t nctx = attn ? contexts.size() : 1;
+                    for (size_t c = 0; c < nctx; c++) {
+                        int cx = attn ? contexts[c] : o.ctx;
+                        if (attn)
+                            for (int s = 0; s < NSETS; s++)
+                                set_context(&L[s], cx);
+                        cudaGraphExec_t g[NSETS];
+                        for (int s = 0; s < NSETS; s++) {
+                            cudaGraph_t gr;
+                            cudaCheck(cudaStreamBeginCapture(main_s, cudaStreamCaptureModeGlobal));
+                            k3_gpu_launch(&L[s], op->id, main_s);
+                            cudaCheck(cudaStreamEndCapture(main_s, &gr));
+                            cudaCheck(cudaGraphInstantiate(&g[s], gr, 0));
+                            cudaCheck(cudaGraphDestroy(gr));
+                        }
+                        float us = time_graphs(g, o.iters, main_s);
+                        for (int s = 0; s < NSETS; s++)
+                            cudaCheck(cudaGraphExecDestroy(g[s]));
+                        k3_gpu_get(&L[0], K3_A_IDS);
+                        double bytes, flops;
+                        k3_op_cost(&L[0], op->id, &bytes, &flops);
+                        double gbs = bytes / (us * 1e-6) / 1e9;
+                        fprintf(res, "| %s | %s | %d | %d | %.2f | %.0f | %.0f |\n",
+                                k3_path_name((enum k3_path)p), k3_op_name(op, b), b, cx, us, gbs,
+                                100.0 * gbs * 1e9 / bw);
+                        if (op->comm && !o.local_reduction)
+                            continue;
+                        entry *e = find_entry(entries, pname, k3_kind_name((enum k3_kind)k),
+                                              k3_op_name(op, b));
+                        e->attention = attn;
+                        e->pts.push_back(point{b, cx, us});
                     }
-                    float us = time_graphs(g, o.iters, main_s);
-                    for (int s = 0; s < NSETS; s++)
-                        cudaCheck(cudaGraphExecDestroy(g[s]));
-                    k3_gpu_get(&L[0], K3_A_IDS);
-                    double bytes, flops;
-                    k3_op_cost(&L[0], op->id, &bytes, &flops);
-                    double gbs = bytes / (us * 1e-6) / 1e9;
-                    fprintf(res, "| %s | %s | %d | %.2f | %.0f | %.0f |\n", k3_path_name((enum k3_path)p),
-                            k3_op_name(op, b), b, us, gbs, 100.0 * gbs * 1e9 / bw);
-                    if (op->comm && !o.local_reduction)
-                        continue;
-                    entry *e = find_entry(entries, pname, k3_kind_name((enum k3_kind)k),
-                                          k3_op_name(op, b));
-                    e->attention = op->id == K3_OP_MLA_ATTENTION || op->id == K3_OP_F_MLA_ATTENTION;
-                    e->pts.push_back(point{b, us});
+                    if (attn)
+                        for (int s = 0; s < NSETS; s++)
+                            set_context(&L[s], o.ctx);
                 }
                 /* the whole layer as one graph, side stream overlapped */
                 cudaGraphExec_t g[NSETS];
@@ -623,9 +662,9 @@ static int cmd_bench(const opts &o)
             fprintf(res, "| %d | %.2f |\n", b, us);
             for (int k = 0; k < K3_KIND_COUNT; k++) {
                 find_entry(entries, "auto", k3_kind_name((enum k3_kind)k), "attn_allreduce")
-                    ->pts.push_back(point{b, us});
+                    ->pts.push_back(point{b, 0, us});
                 find_entry(entries, "auto", k3_kind_name((enum k3_kind)k), "moe_allreduce")
-                    ->pts.push_back(point{b, us});
+                    ->pts.push_back(point{b, 0, us});
             }
         }
         if (n != o.tp)
@@ -642,20 +681,22 @@ static int cmd_bench(const opts &o)
         }
         char source[512];
         snprintf(source, sizeof source,
-                 "agentreplay-kernels bench on 1 x %s: tp %d shard shapes, context %d, median of "
+                 "agentreplay-kernels bench on 1 x %s: tp %d shard shapes, context %d (attention "
+                 "kernels: per point), median of "
                  "%d CUDA-graph replays alternating two layer copies; copy bandwidth %.0f GB/s",
                  prop.name, o.tp, o.ctx, o.iters, bw / 1e9);
         k3_calib_begin(f, gpu, o.tp, source);
         for (size_t i = 0; i < entries.size(); i++) {
             const entry &e = entries[i];
-            std::vector<int> bs;
+            std::vector<int> bs, cs;
             std::vector<double> us;
             for (const point &pt : e.pts) {
                 bs.push_back(pt.batch);
+                cs.push_back(pt.context);
                 us.push_back(pt.us);
             }
-            k3_calib_entry(f, i == 0, e.path, e.kind, e.kernel, bs.data(), us.data(),
-                           (int)bs.size(), e.attention ? o.ctx : -1);
+            k3_calib_entry(f, i == 0, e.path, e.kind, e.kernel, bs.data(),
+                           e.attention ? cs.data() : NULL, us.data(), (int)bs.size());
         }
         k3_calib_end(f);
         fclose(f);

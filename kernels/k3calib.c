@@ -50,8 +50,8 @@ void k3_calib_begin(FILE *f, const char *gpu, int tp, const char *source)
 }
 
 void k3_calib_entry(FILE *f, int first, const char *path, const char *kind,
-                    const char *kernel, const int *batch, const double *us, int n,
-                    int context)
+                    const char *kernel, const int *batch, const int *context,
+                    const double *us, int n)
 {
     fprintf(f, "%s    {\"path\": \"%s\", \"layer_kind\": \"%s\", \"kernel\": ", first ? "" : ",\n",
             path, kind);
@@ -59,8 +59,8 @@ void k3_calib_entry(FILE *f, int first, const char *path, const char *kind,
     fprintf(f, ", \"points\": [");
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s{\"batch\": %d, ", i ? ", " : "", batch[i]);
-        if (context >= 0)
-            fprintf(f, "\"context\": %d, ", context);
+        if (context)
+            fprintf(f, "\"context\": %d, ", context[i]);
         fprintf(f, "\"us\": %.3f}", us[i]);
     }
     fprintf(f, "]}");

@@ -24,11 +24,12 @@ void k3_calib_gpu_name(const char *device, char *out, size_t n);
 
 /* Opens the object; source is free text (escaped here). */
 void k3_calib_begin(FILE *f, const char *gpu, int tp, const char *source);
-/* One kernel: n points (batch[i], us[i]); context < 0 omits it. Call
- * with first = 1 for the first entry. */
+/* One kernel: n points (batch[i], context[i], us[i]); context == NULL
+ * omits the context (0 for the engine). Call with first = 1 for the first
+ * entry. */
 void k3_calib_entry(FILE *f, int first, const char *path, const char *kind,
-                    const char *kernel, const int *batch, const double *us, int n,
-                    int context);
+                    const char *kernel, const int *batch, const int *context,
+                    const double *us, int n);
 void k3_calib_end(FILE *f);
 
 #ifdef __cplusplus

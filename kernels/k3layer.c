@@ -76,6 +76,8 @@ int k3_shape_verify(const struct k3_shape *s, char *err)
         return kerr(err, "experts %d / topk %d out of range", s->experts, s->topk);
     if (s->conv < 2 || s->conv > 8)
         return kerr(err, "conv width %d: must be 2..8", s->conv);
+    if (s->rope > 256 || s->nope > 1024)
+        return kerr(err, "rope %d (at most 256) / nope %d (at most 1024)", s->rope, s->nope);
     if (s->kda_heads <= 0 || s->mla_heads <= 0 || s->ctx_max <= 0 ||
         s->q_lora % 8 || s->shared_inter % 8 || s->shared_inter <= 0)
         return kerr(err, "heads, ctx_max, q_lora, shared_inter out of range");
@@ -356,9 +358,17 @@ void k3_layer_randomize(struct k3_layer *L, uint64_t seed, int ctx_len)
         fill_proj(&r, &t[K3_W_MLA_QB], s->q_lora);
         fill_proj(&r, &t[K3_W_MLA_UK], s->nope);
         fill_proj(&r, &t[K3_W_MLA_UV], s->kv_lora);
+        /* Cached rows: FP8 codes drawn directly (sign, exponent field 5..8,
+         * any mantissa: magnitudes 0.25..3.75, never zero or NaN), eight
+         * per draw, so long caches fill fast. */
         uint8_t *c = K3_U8(L, K3_S_MLA_CACHE);
-        for (size_t i = 0; i < t[K3_S_MLA_CACHE].count; i++)
-            c[i] = k3_f32_to_fp8(krng_normal(&r));
+        uint64_t bits = 0;
+        for (size_t i = 0; i < t[K3_S_MLA_CACHE].count; i++) {
+            if ((i & 7) == 0)
+                bits = krng_next(&r);
+            uint8_t v = (uint8_t)(bits >> (8 * (i & 7)));
+            c[i] = (uint8_t)((v & 0x87) | ((5 + ((v >> 3) & 3)) << 3));
+        }
         if (ctx_len < 1)
             ctx_len = 1;
         if (ctx_len > s->ctx_max)

@@ -28,20 +28,22 @@ static int write_all(FILE *f, int tp, const char *misspell)
                 for (int large = 0; large < 2; large++) {
                     if (large && !ops[i].name_large)
                         continue;
-                    int bs[7], m = 0;
-                    double us[7];
-                    for (int j = 0; j < 7; j++)
-                        if ((batches[j] > K3_SMALL_BATCH) == large || !ops[i].name_large) {
-                            bs[m] = batches[j];
-                            us[m++] = 2.0 + j;
-                        }
+                    int bs[14], cs[14], m = 0;
+                    double us[14];
+                    int attn = ops[i].id == K3_OP_MLA_ATTENTION || ops[i].id == K3_OP_F_MLA_ATTENTION;
+                    for (int c = 0; c < (attn ? 2 : 1); c++)
+                        for (int j = 0; j < 7; j++)
+                            if ((batches[j] > K3_SMALL_BATCH) == large || !ops[i].name_large) {
+                                bs[m] = batches[j];
+                                cs[m] = c ? 16384 : 1024;
+                                us[m++] = 2.0 + j + c;
+                            }
                     const char *name = large ? ops[i].name_large : ops[i].name;
                     if (misspell && !strcmp(name, misspell))
                         name = "kda_recurent";
-                    int attn = ops[i].id == K3_OP_MLA_ATTENTION || ops[i].id == K3_OP_F_MLA_ATTENTION;
                     k3_calib_entry(f, n == 0, k3_calib_path_name((enum k3_path)p),
-                                   k3_kind_name((enum k3_kind)k), name, bs, us, m,
-                                   attn ? 4096 : -1);
+                                   k3_kind_name((enum k3_kind)k), name, bs, attn ? cs : NULL, us,
+                                   m);
                     n++;
                 }
         }
