@@ -95,6 +95,7 @@ struct replay {
     uint64_t calls_sent, recycled;
     bool started, stopping, finished, interrupted, arrivals_done, destroying;
     struct loop_timer stop_timer, grace_timer, tick_timer, arrival_timer;
+    int64_t next_arrival_ns; /* intended time of the next open-loop arrival */
     /* Open loop. */
     uint32_t *order;
     uint32_t n_order, cursor;
@@ -833,7 +834,11 @@ static void on_arrival(struct loop *l, struct loop_timer *t)
     struct replay *rp = t->arg;
     if (rp->stopping)
         return;
-    struct rcall *k = open_call(rp, t->at_ns);
+    /* The intended time, not the (possibly late) firing time: on the real
+     * clock a stalled generator must show as schedule lag, not as fewer
+     * arrivals (wrk2's coordinated-omission rule). */
+    int64_t intended = rp->next_arrival_ns;
+    struct rcall *k = open_call(rp, intended);
     int64_t at;
     if (rp->arrivals_done) {
         at = INT64_MAX;
@@ -841,16 +846,18 @@ static void on_arrival(struct loop *l, struct loop_timer *t)
         double rel = (double)(rp->tr->calls[rp->order[rp->cursor]].t_ns - rp->t0_ns) * rp->cfg.time_scale;
         at = (int64_t)llround(rel);
     } else if (rp->cfg.mode == REPLAY_MODE_POISSON) {
-        at = t->at_ns + (int64_t)llround(rng_exp(&rp->rng_arrival, 1e9 / rp->cfg.rate));
+        at = intended + (int64_t)llround(rng_exp(&rp->rng_arrival, 1e9 / rp->cfg.rate));
     } else {
         double shape = 1.0 / (rp->cfg.gamma_cv * rp->cfg.gamma_cv);
         double scale = 1e9 / (rp->cfg.rate * shape);
-        at = t->at_ns + (int64_t)llround(rng_gamma(&rp->rng_arrival, shape, scale));
+        at = intended + (int64_t)llround(rng_gamma(&rp->rng_arrival, shape, scale));
     }
-    if (at >= rp->cfg.duration_ns)
+    if (at >= rp->cfg.duration_ns) {
         rp->arrivals_done = true;
-    else
+    } else {
+        rp->next_arrival_ns = at;
         loop_at(l, &rp->arrival_timer, at, on_arrival, rp);
+    }
     call_send(rp, k);
     maybe_finish(rp);
 }
@@ -1149,12 +1156,13 @@ int replay_start(struct replay *rp)
             loop_at(l, &rp->lanes[i].timer, now, on_closed_lane, &rp->lanes[i]);
         break;
     case REPLAY_MODE_TIMESTAMP:
+        rp->next_arrival_ns = now;
         loop_at(l, &rp->arrival_timer, now, on_arrival, rp);
         break;
     case REPLAY_MODE_POISSON:
     case REPLAY_MODE_GAMMA:
-        loop_at(l, &rp->arrival_timer,
-                now + (int64_t)llround(rng_exp(&rp->rng_arrival, 1e9 / rp->cfg.rate)), on_arrival, rp);
+        rp->next_arrival_ns = now + (int64_t)llround(rng_exp(&rp->rng_arrival, 1e9 / rp->cfg.rate));
+        loop_at(l, &rp->arrival_timer, rp->next_arrival_ns, on_arrival, rp);
         break;
     }
     maybe_finish(rp);

@@ -506,6 +506,24 @@ static void test_cli(void)
     unlink(bad);
 }
 
+/* The built-in sample folder holds a native *.jsonl file: reading the
+ * folder gives the same trace as reading the file. */
+static void test_samples_folder(void)
+{
+    char err[ERR_LEN];
+    struct trace *a = trace_read("traces/samples", NULL, err);
+    struct trace *b = trace_read("traces/samples/agentic-synth.jsonl", NULL, err);
+    CHECKF(a && b, "sample folder and file read: %s", err);
+    if (a && b) {
+        CHECK(a->n_calls == b->n_calls && a->n_sessions == b->n_sessions,
+              "folder and file: same sessions and calls");
+        CHECK(a->digest == b->digest, "folder and file: same digest");
+        CHECK(a->format == TRACE_FMT_NATIVE, "folder of *.jsonl detected as native");
+    }
+    trace_destroy(a);
+    trace_destroy(b);
+}
+
 int main(void)
 {
     test_agentic();
@@ -523,5 +541,6 @@ int main(void)
     test_chunks();
     test_digest();
     test_cli();
+    test_samples_folder();
     return test_report();
 }

@@ -903,7 +903,8 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
         }
         return tb_finish(&b);
     }
-    /* A folder: its *.json files in name order, one session tree each. */
+    /* A folder: its *.json (one session tree each) and *.jsonl files, in
+     * name order. */
     DIR *d = opendir(path);
     if (!d) {
         err_set(err, "%s: %s", path, strerror(errno));
@@ -915,7 +916,9 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
     struct dirent *e;
     while ((e = readdir(d))) {
         size_t k = strlen(e->d_name);
-        if (e->d_name[0] == '.' || k < 6 || strcmp(e->d_name + k - 5, ".json"))
+        bool json = k > 5 && !strcmp(e->d_name + k - 5, ".json");
+        bool jsonl = k > 6 && !strcmp(e->d_name + k - 6, ".jsonl");
+        if (e->d_name[0] == '.' || !(json || jsonl))
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
@@ -926,11 +929,16 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
     closedir(d);
     int rc = 0;
     if (n == 0)
-        rc = err_set(err, "%s: no *.json trace files in this folder", path);
+        rc = err_set(err, "%s: no *.json or *.jsonl trace files in this folder", path);
     else
         qsort(names, n, sizeof *names, cmp_str);
-    enum trace_format f = o.format == TRACE_FMT_AUTO ? TRACE_FMT_AGENTX : o.format;
     for (size_t i = 0; i < n && !rc; i++) {
+        /* *.json files are AgentX session trees; *.jsonl files (native,
+         * Mooncake) are detected by content, unless a format is forced. */
+        size_t k = strlen(names[i]);
+        enum trace_format f = o.format != TRACE_FMT_AUTO ? o.format
+                              : !strcmp(names[i] + k - 5, ".json") ? TRACE_FMT_AGENTX
+                                                                   : TRACE_FMT_AUTO;
         size_t plen = strlen(path) + strlen(names[i]) + 2;
         char *full = xmalloc(plen);
         snprintf(full, plen, "%s/%s", path, names[i]);
