@@ -13,7 +13,7 @@ fs = (fs < 8) ? 8 : ((fs > 16) ? 16 : fs)
 chy = fs * 1.5 / H
 chx = fs * 0.8 / W
 # a round tic step (1, 2 or 5 x 10^k) giving about n tics over range r
-nice_step(r, n) = (ns_raw = r / ((n > 2) ? n : 2), ns_mag = 10 ** floor(log10(ns_raw)), ns_r = ns_raw / ns_mag, ((ns_r <= 1) ? 1 : (ns_r <= 2) ? 2 : (ns_r <= 5) ? 5 : 10) * ns_mag)
+nice_step(r, n) = (ns_raw = (r * 1.0) / ((n > 2) ? n : 2), ns_mag = 10 ** floor(log10(ns_raw)), ns_r = ns_raw / ns_mag, ((ns_r <= 1) ? 1 : (ns_r <= 2) ? 2 : (ns_r <= 5) ? 5 : 10) * ns_mag)
 # '|' in a data string: a line break (tick labels)
 lines(s) = (li = strstrt(s, '|'), li ? s[1:li-1] . "\n" . lines(s[li+1:]) : s)
 if (fmt eq 'svg') {

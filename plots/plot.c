@@ -440,9 +440,12 @@ static int load_run_json(const char *dir, struct point *p, bool numbers_too, cha
     int *dst[] = {&p->gpus, &p->tp, &p->replicas, &p->concurrency};
     for (size_t i = 0; i < ARRAY_LEN(ints); i++) {
         json_t *v = jget(root, ints[i]);
-        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+        /* tp and replicas are 0 (unknown) in `load` results. */
+        int least = i == 1 || i == 2 ? 0 : 1;
+        if (!json_is_integer(v) || json_integer_value(v) < least ||
             json_integer_value(v) > 1000000) {
-            rc = err_set(err, "%s: %s: missing or not a positive integer", path, ints[i]);
+            rc = err_set(err, "%s: %s: missing or not a %s integer", path, ints[i],
+                         least ? "positive" : "non-negative");
             goto out;
         }
         *dst[i] = (int)json_integer_value(v);

@@ -296,6 +296,9 @@ int load_cmd(int argc, char **argv)
     struct load ld;
     memset(&ld, 0, sizeof ld);
     ld.sig_pipe[0] = ld.sig_pipe[1] = -1;
+    /* A signal from here on still leaves a result folder: one that comes
+     * before the replay starts is acted on at its first turn. */
+    catch_signals();
     replay_config_defaults(&ld.rcfg);
     const char *trace_path = NULL, *out_dir = NULL;
     double lag_threshold_ms = 50;
@@ -405,9 +408,6 @@ int load_cmd(int argc, char **argv)
     hc.gpus = gpus;
     ld.grace_ns = ld.rcfg.grace_ns;
 
-    /* A signal from here on still leaves a result folder: one that comes
-     * before the replay starts is acted on at its first turn. */
-    catch_signals();
     struct trace_read_opts topts = {0};
     struct trace *tr = trace_read(trace_path, &topts, err);
     if (!tr) {

@@ -547,11 +547,13 @@ int replay_cmd_sim(int argc, char **argv)
     c.command = cmd;
     c.progress = isatty(2);
     c.chrome_trace = chrome;
+    /* From here on a signal ends the run with partial results (an early one
+     * at the first tick) instead of killing the process. */
+    install_signals();
     if (load_trace(&c, co.trace, &co.tro, err)) {
         free(cmd);
         return bad("sim", err);
     }
-    install_signals();
     struct point p = co.base;
     if (!p.label[0])
         label_default(&p);
@@ -663,14 +665,54 @@ static int run_points(const struct ctx *c, struct point *pts, int n, int jobs, b
             return failed;
         }
     }
+    /* A signal sent to this process alone (not to its group, as Ctrl-C
+     * does) is passed on, so that the workers write partial points and stop
+     * rather than run on unseen. */
     int failed = 0;
+    bool forwarded = false;
     for (int w = 0; w < jobs; w++) {
         int st = 0;
-        if (waitpid(pid[w], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+        pid_t r;
+        for (;;) {
+            if (g_interrupt && !forwarded) {
+                for (int x = 0; x < jobs; x++)
+                    kill(pid[x], SIGINT);
+                forwarded = true;
+            }
+            r = waitpid(pid[w], &st, 0);
+            if (r >= 0 || errno != EINTR)
+                break;
+        }
+        if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
             failed++;
     }
     free(pid);
     return failed;
+}
+
+/* Writes SDIR/sweep.json: whether every point of the grid is there and
+ * complete ("partial": false) or the sweep was interrupted or lost points. */
+static int write_sweep_json(const char *sdir, const struct point *pts, int n, char *err)
+{
+    int written = 0, partial = 0;
+    for (int i = 0; i < n; i++) {
+        char e2[ERR_LEN];
+        json_t *run = results_read_run(pts[i].dir, e2);
+        if (!run)
+            continue;
+        written++;
+        partial += json_is_true(json_object_get(run, "partial"));
+        json_decref(run);
+    }
+    json_t *o = json_pack("{s:i,s:s,s:b,s:b,s:i,s:i,s:i}", "schema_version", 1, "kind", "sweep",
+                          "interrupted", (int)(g_interrupt != 0), "partial",
+                          (int)(g_interrupt || written < n || partial), "points", n,
+                          "points_written", written, "points_partial", partial);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/sweep.json", sdir);
+    int rc = json_dump_file(o, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(o);
+    return rc ? err_set(err, "%s: cannot write", path) : 0;
 }
 
 /* Writes SDIR/NAME from the points' run.json files; prints the table. */
@@ -876,6 +918,7 @@ int replay_cmd_sweep(int argc, char **argv)
     struct ctx c = {0};
     char *cmd = join_argv(argc, argv);
     c.command = cmd;
+    install_signals();
     if (load_trace(&c, co.trace, &co.tro, err)) {
         free(cmd);
         return bad("sweep", err);
@@ -911,13 +954,16 @@ int replay_cmd_sweep(int argc, char **argv)
             return bad("sweep", err);
         }
     }
-    install_signals();
     int failed = run_points(&c, pts, n, co.jobs, isatty(2));
     if (!co.quiet)
         results_table_header(stdout);
     int rc = write_sweep_csv(co.out, "sweep.csv", pts, n, !co.quiet, err) ? EXIT_FAIL : EXIT_OK;
     if (rc)
         fprintf(stderr, "agentreplay sweep: %s\n", err);
+    if (write_sweep_json(co.out, pts, n, err)) {
+        fprintf(stderr, "agentreplay sweep: %s\n", err);
+        rc = EXIT_FAIL;
+    }
     if (failed) {
         fprintf(stderr, "agentreplay sweep: %d worker(s) reported failures%s\n", failed,
                 g_interrupt ? " (interrupted)" : "");
