@@ -3,7 +3,8 @@
 # (tests/fuzz/seeds/<name>, plus the cuts of the real traces that
 # tests/fuzz/seeds.sh writes) and a working corpus under build/fuzz/corpus/.
 # Adds each run's executions to tests/fuzz/EXECUTIONS (the running total
-# kept in the repository, one "harness executions" line each), under a lock
+# kept in the repository, one "harness executions" line each; every run
+# is also a line of tests/fuzz/RUNS), under a lock
 # so that several runs at once (one per harness, or make fuzz beside a long
 # background run) never lose a count.
 #
@@ -30,6 +31,8 @@ add_execs() {
         echo "$1 $((old + $2))" >>"$f.tmp.$$"
         sort -o "$f.tmp.$$" "$f.tmp.$$"
         mv "$f.tmp.$$" "$f"
+        # The ledger the totals can be rebuilt from, one line per run.
+        echo "$1 $2 ${secs}s max_len=$maxlen exit=$3" >>tests/fuzz/RUNS
     ) 9>>build/fuzz/EXECUTIONS.lock
 }
 
@@ -52,7 +55,7 @@ for h in "$@"; do
     if [ "$rc" -ne 0 ]; then tail -n 40 "$log"; status=1; fi
     case "${execs:-}" in
     ''|*[!0-9]*) ;;
-    *) add_execs "$name" "$execs" ;;
+    *) add_execs "$name" "$execs" "$rc" ;;
     esac
 done
 exit $status
