@@ -40,7 +40,7 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
 
 NVCC     := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 
-.PHONY: all test check bench fuzz run deps install clean kernels soak
+.PHONY: all test check bench fuzz run deps install clean kernels soak valgrind
 all: deps-ok ./agentreplay $(if $(NVCC),kernels)
 
 # Dependencies: checked cheaply on every build, installed only when missing.
@@ -109,6 +109,14 @@ fuzz: deps-ok $(FUZZ_BIN)
 
 run: ./agentreplay
 	./agentreplay
+
+# The 30-minute faults soak (tests/soak.sh; SOAK_SECONDS to change it) and
+# the reduced main job under Valgrind (tests/valgrind.sh).
+SOAK_SECONDS ?= 1800
+soak: deps-ok $(BUILD)/agentreplay $(BUILD)/tests/test_reliability
+	@SOAK_SECONDS=$(SOAK_SECONDS) sh tests/soak.sh $(BUILD)
+valgrind: deps-ok $(BUILD)/agentreplay
+	@sh tests/valgrind.sh $(BUILD)/agentreplay
 
 install: ./agentreplay
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/agentreplay
