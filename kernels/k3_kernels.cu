@@ -146,47 +146,61 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a)
 #pragma unroll
         for (int t = 0; t < BT; t++)
             acc0[t] = acc1[t] = ss[t] = 0.0f;
-        for (int k = lane * 8; k < a.K; k += WARP * 8) {
-            float wv0[8], wv1[8];
-            load8_bf16(w0 + k, wv0);
-            if (NR == 2)
-                load8_bf16(w1 + k, wv1);
+        /* U weight loads in flight per lane before their first use */
+        constexpr int U = NR == 1 ? 4 : 2;
+        for (int k0 = lane * 8; k0 < a.K; k0 += WARP * 8 * U) {
+            float wv0[U][8], wv1[U][8];
 #pragma unroll
-            for (int t = 0; t < BT; t++) {
-                int b = b0 + t;
-                if (b >= a.B)
+            for (int u = 0; u < U; u++) {
+                int k = k0 + u * WARP * 8;
+                if (k < a.K) {
+                    load8_bf16(w0 + k, wv0[u]);
+                    if (NR == 2)
+                        load8_bf16(w1 + k, wv1[u]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int k = k0 + u * WARP * 8;
+                if (k >= a.K)
                     continue;
-                float xv[8];
-                if (a.in_mode == IN_F32) {
-                    const float *xf = (const float *)a.x + (size_t)b * a.ldx + k;
-                    float4 p = *reinterpret_cast<const float4 *>(xf);
-                    float4 q = *reinterpret_cast<const float4 *>(xf + 4);
-                    xv[0] = p.x; xv[1] = p.y; xv[2] = p.z; xv[3] = p.w;
-                    xv[4] = q.x; xv[5] = q.y; xv[6] = q.z; xv[7] = q.w;
-                } else {
-                    load8_bf16((const k3_bf16 *)a.x + (size_t)b * a.ldx + k, xv);
-                    if (a.in_mode == IN_NORM) {
-                        if (a.d) {
-                            float dv[8];
-                            load8_bf16(a.d + (size_t)b * a.ldx + k, dv);
 #pragma unroll
-                            for (int i = 0; i < 8; i++)
-                                xv[i] = k3_round_bf16(xv[i] + dv[i]);
-                            if (write_r)
-                                store8_bf16(a.r_out + (size_t)b * a.ldr + k, xv);
-                        }
+                for (int t = 0; t < BT; t++) {
+                    int b = b0 + t;
+                    if (b >= a.B)
+                        continue;
+                    float xv[8];
+                    if (a.in_mode == IN_F32) {
+                        const float *xf = (const float *)a.x + (size_t)b * a.ldx + k;
+                        float4 p = *reinterpret_cast<const float4 *>(xf);
+                        float4 q = *reinterpret_cast<const float4 *>(xf + 4);
+                        xv[0] = p.x; xv[1] = p.y; xv[2] = p.z; xv[3] = p.w;
+                        xv[4] = q.x; xv[5] = q.y; xv[6] = q.z; xv[7] = q.w;
+                    } else {
+                        load8_bf16((const k3_bf16 *)a.x + (size_t)b * a.ldx + k, xv);
+                        if (a.in_mode == IN_NORM) {
+                            if (a.d) {
+                                float dv[8];
+                                load8_bf16(a.d + (size_t)b * a.ldx + k, dv);
 #pragma unroll
-                        for (int i = 0; i < 8; i++) {
-                            ss[t] += xv[i] * xv[i];
-                            xv[i] *= a.gamma[k + i];
+                                for (int i = 0; i < 8; i++)
+                                    xv[i] = k3_round_bf16(xv[i] + dv[i]);
+                                if (write_r)
+                                    store8_bf16(a.r_out + (size_t)b * a.ldr + k, xv);
+                            }
+#pragma unroll
+                            for (int i = 0; i < 8; i++) {
+                                ss[t] += xv[i] * xv[i];
+                                xv[i] *= a.gamma[k + i];
+                            }
                         }
                     }
-                }
 #pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    acc0[t] += wv0[i] * xv[i];
-                    if (NR == 2)
-                        acc1[t] += wv1[i] * xv[i];
+                    for (int i = 0; i < 8; i++) {
+                        acc0[t] += wv0[u][i] * xv[i];
+                        if (NR == 2)
+                            acc1[t] += wv1[u][i] * xv[i];
+                    }
                 }
             }
         }
@@ -467,18 +481,45 @@ __global__ void head_gemv_kernel(int H, int R, int K, const k3_bf16 *src, int ld
 #define ATT_WARPS 8
 #define ATT_MAXC 32 /* kv_lora / 32 values per lane, kv_lora <= 1024 */
 
-/* Decode attention over the FP8 latent cache, block per (sequence, head).
- * With W_uk given (fused path) the absorbed query is computed in the
- * prologue and kept in float; otherwise it is read from q_lat. */
+/* Context splits per (sequence, head): enough blocks to fill the GPU at
+ * small batch (about 512 blocks), at least 64 positions each. */
+static int att_splits(int B, int H, int ctx_max)
+{
+    int s = 512 / (B * H);
+    int most = (ctx_max + 63) / 64;
+    if (s > most)
+        s = most;
+    if (s > 64)
+        s = 64;
+    if (s < 1)
+        s = 1;
+    while (s > 1 && (long)B * H * s > (B * H > 4096 ? B * H : 4096))
+        s--;
+    return s;
+}
+
+/* Decode attention over the FP8 latent cache. Block (head, split,
+ * sequence): heads vary fastest, so the blocks reading one stretch of a
+ * sequence's cache run together and share it through L2. Each warp takes
+ * every 8th position of the split with an online softmax; each lane holds
+ * kv/32 consecutive latent values (one 16-byte load at kv = 512). With
+ * W_uk given (fused path) the absorbed query is computed in the prologue
+ * and kept in float; otherwise it is read from q_lat. With several splits
+ * each block leaves (max, sum, numerators) in `part` and the last block
+ * of a (sequence, head) to finish, counted in `cnt`, combines them and
+ * resets the count. */
 __global__ void __launch_bounds__(ATT_WARPS * WARP)
 mla_attention_kernel(int H, int nope, int rope, int kv, const k3_bf16 *q_lat,
                      const k3_bf16 *qb, const k3_bf16 *W_uk, const uint8_t *cache,
-                     int ctx_max, const int32_t *pos, float scale, k3_bf16 *o_lat)
+                     int ctx_max, const int32_t *pos, float scale, int splits, float *part,
+                     int *cnt, k3_bf16 *o_lat)
 {
-    __shared__ float ql[1024], qr[256], sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ float ql[1024], qr[256], sm[ATT_WARPS], sl[ATT_WARPS], lut[256];
     __shared__ float sacc[ATT_WARPS][512];
-    int b = blockIdx.x / H, h = blockIdx.x % H, qw = nope + rope;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row_w = kv + rope;
+    __shared__ int last;
+    lut[threadIdx.x] = k3_fp8_to_f32((uint8_t)threadIdx.x); /* blockDim = 256 */
+    int h = blockIdx.x, split = blockIdx.y, b = blockIdx.z, qw = nope + rope;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row_w = kv + rope, per = kv / WARP;
     const k3_bf16 *qh = qb + ((size_t)b * H + h) * qw;
     if (W_uk) {
         for (int c = warp; c < kv; c += ATT_WARPS) {
@@ -497,58 +538,109 @@ mla_attention_kernel(int H, int nope, int rope, int kv, const k3_bf16 *q_lat,
     for (int j = threadIdx.x; j < rope; j += blockDim.x)
         qr[j] = bfv(qh[nope + j]);
     __syncthreads();
+    int n = pos[b] + 1, chunk = (n + splits - 1) / splits;
+    int t0 = split * chunk, t1 = min(n, t0 + chunk);
     float m = -INFINITY, l = 0, acc[ATT_MAXC];
 #pragma unroll
     for (int i = 0; i < ATT_MAXC; i++)
         acc[i] = 0;
-    int n = pos[b] + 1;
-    for (int t = warp; t < n; t += ATT_WARPS) {
+    for (int t = t0 + warp; t < t1; t += ATT_WARPS) {
         const uint8_t *row = cache + ((size_t)b * ctx_max + t) * row_w;
+        float cv[ATT_MAXC];
+        if (per == 16) {
+            uint4 u = *reinterpret_cast<const uint4 *>(row + lane * 16);
+            uint32_t w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                cv[i] = lut[(w4[i / 4] >> (8 * (i % 4))) & 0xff];
+        } else {
+#pragma unroll
+            for (int i = 0; i < ATT_MAXC; i++)
+                cv[i] = i < per ? lut[row[lane * per + i]] : 0.0f;
+        }
         float s = 0;
-        for (int c = lane; c < kv; c += WARP)
-            s += ql[c] * k3_fp8_to_f32(row[c]);
+#pragma unroll
+        for (int i = 0; i < ATT_MAXC; i++)
+            if (i < per)
+                s += ql[lane * per + i] * cv[i];
         for (int j = lane; j < rope; j += WARP)
-            s += qr[j] * k3_fp8_to_f32(row[kv + j]);
+            s += qr[j] * lut[row[kv + j]];
         s = warp_sum(s) * scale;
         float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
         l = l * corr + p;
 #pragma unroll
-        for (int i = 0; i < ATT_MAXC; i++) {
-            int c = lane + WARP * i;
-            if (c < kv)
-                acc[i] = acc[i] * corr + p * k3_fp8_to_f32(row[c]);
-        }
+        for (int i = 0; i < ATT_MAXC; i++)
+            if (i < per)
+                acc[i] = acc[i] * corr + p * cv[i];
         m = mn;
     }
-    /* merge the warps: kv values at a time (512 per pass) */
+    /* merge the warps: numerators relative to the block's max */
     if (lane == 0) {
         sm[warp] = m;
         sl[warp] = l;
     }
     __syncthreads();
-    float M = -INFINITY;
+    float M = -INFINITY, den = 0;
     for (int w = 0; w < ATT_WARPS; w++)
         M = fmaxf(M, sm[w]);
-    float den = 0;
     for (int w = 0; w < ATT_WARPS; w++)
         if (sl[w] > 0)
             den += sl[w] * expf(sm[w] - M);
+    float *pp = part + (((size_t)b * H + h) * splits + split) * (kv + 2);
     for (int c0 = 0; c0 < kv; c0 += 512) {
 #pragma unroll
         for (int i = 0; i < ATT_MAXC; i++) {
-            int c = lane + WARP * i;
-            if (c >= c0 && c < c0 + 512 && c < kv)
-                sacc[warp][c - c0] = sl[warp] > 0 ? acc[i] * expf(m - M) : 0.0f;
+            int c = lane * per + i;
+            if (i < per && c >= c0 && c < c0 + 512)
+                sacc[warp][c - c0] = l > 0 ? acc[i] * expf(m - M) : 0.0f;
         }
         __syncthreads();
         for (int c = c0 + threadIdx.x; c < kv && c < c0 + 512; c += blockDim.x) {
             float num = 0;
             for (int w = 0; w < ATT_WARPS; w++)
                 num += sacc[w][c - c0];
-            o_lat[((size_t)b * H + h) * kv + c] = k3_f32_to_bf16(num / den);
+            if (splits == 1)
+                o_lat[((size_t)b * H + h) * kv + c] = k3_f32_to_bf16(num / den);
+            else
+                pp[c] = num;
         }
         __syncthreads();
     }
+    if (splits == 1)
+        return;
+    if (threadIdx.x == 0) {
+        pp[kv] = M;
+        pp[kv + 1] = den;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&cnt[b * H + h], 1) == splits - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const float *p0 = part + ((size_t)b * H + h) * splits * (kv + 2);
+    float MM = -INFINITY, dd = 0;
+    for (int sp = 0; sp < splits; sp++)
+        if (__ldcg(p0 + sp * (kv + 2) + kv + 1) > 0)
+            MM = fmaxf(MM, __ldcg(p0 + sp * (kv + 2) + kv));
+    for (int sp = 0; sp < splits; sp++) {
+        float d = __ldcg(p0 + sp * (kv + 2) + kv + 1);
+        if (d > 0)
+            dd += d * expf(__ldcg(p0 + sp * (kv + 2) + kv) - MM);
+    }
+    for (int c = threadIdx.x; c < kv; c += blockDim.x) {
+        float num = 0;
+        for (int sp = 0; sp < splits; sp++) {
+            const float *q = p0 + sp * (kv + 2);
+            if (__ldcg(q + kv + 1) > 0)
+                num += __ldcg(q + c) * expf(__ldcg(q + kv) - MM);
+        }
+        o_lat[((size_t)b * H + h) * kv + c] = k3_f32_to_bf16(num / dd);
+    }
+    if (threadIdx.x == 0)
+        cnt[b * H + h] = 0;
 }
 
 /* ---- router ---------------------------------------------------------- */
@@ -1074,10 +1166,11 @@ void k3_gpu_launch(struct k3_layer *L, enum k3_op_id id, cudaStream_t s)
         break;
     case K3_OP_MLA_ATTENTION:
     case K3_OP_F_MLA_ATTENTION:
-        mla_attention_kernel<<<B * mh, ATT_WARPS * WARP, 0, s>>>(
+        mla_attention_kernel<<<dim3(mh, att_splits(B, mh, sh->ctx_max), B), ATT_WARPS * WARP, 0, s>>>(
             mh, sh->nope, rope, kv, DB(K3_A_QLAT), DB(K3_A_QB),
             id == K3_OP_F_MLA_ATTENTION ? DB(K3_W_MLA_UK) : NULL, DU(K3_S_MLA_CACHE), sh->ctx_max,
-            DI(K3_S_MLA_POS), scale, DB(K3_A_OLAT));
+            DI(K3_S_MLA_POS), scale, att_splits(B, mh, sh->ctx_max), DF(K3_A_ATT_PART),
+            DI(K3_A_ATT_CNT), DB(K3_A_OLAT));
         break;
     case K3_OP_MLA_V_UP:
     case K3_OP_F_MLA_V_UP_GATE:

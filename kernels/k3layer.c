@@ -184,6 +184,8 @@ static void tensor_sizes(const struct k3_shape *s, enum k3_kind kind, int B,
     T(K3_A_RH, K3_DT_BF16, P * I);
     T(K3_A_RACC, K3_DT_F32, B * Lt);
     T(K3_A_KVN, K3_DT_BF16, mla * B * (kv + s->rope));
+    T(K3_A_ATT_PART, K3_DT_F32, mla * (B * mh > 4096 ? B * mh : 4096) * (kv + 2));
+    T(K3_A_ATT_CNT, K3_DT_I32, mla * B * mh);
 #undef T
 }
 
@@ -386,6 +388,8 @@ void k3_layer_randomize(struct k3_layer *L, uint64_t seed, int ctx_len)
     for (int b = 0; b < L->batch; b++)
         for (int j = s->latent_shard; j < s->latent; j++)
             K3_BF(L, K3_A_LAT)[(size_t)b * s->latent + j] = k3_f32_to_bf16(krng_normal(&r));
+    if (t[K3_A_ATT_CNT].count) /* the split counters start at zero */
+        memset(t[K3_A_ATT_CNT].host, 0, t[K3_A_ATT_CNT].count * 4);
     memset(t[K3_IO_R_OUT].host, 0xff, t[K3_IO_R_OUT].count * 2);
     memset(t[K3_IO_D_OUT].host, 0xff, t[K3_IO_D_OUT].count * 2);
 }

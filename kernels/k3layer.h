@@ -141,6 +141,9 @@ enum k3_tid {
     K3_A_RH,                                /* bf16 [B*k][I] */
     K3_A_RACC,                              /* f32 [B][L] weighted routed sum (partial) */
     K3_A_KVN,                               /* bf16 [B][kv+rope] normalized new latent row */
+    K3_A_ATT_PART,                          /* f32 [max(4096, B*nh)][kv+2]: attention partials
+                                               of the context splits (GPU only) */
+    K3_A_ATT_CNT,                           /* i32 [B*nh] splits done (GPU only; zero) */
     K3_T_COUNT
 };
 
