@@ -39,8 +39,8 @@ static inline void set_flags(struct kvcache *kv, uint32_t i, uint32_t f)
 
 /* ---- hash table ---- */
 
-static inline uint64_t tkey_of(uint64_t h) { return h ? h : 1; }
-static inline uint32_t home_of(uint64_t k, uint32_t m) { return (uint32_t)(k ^ (k >> 29)) & m; }
+static inline uint64_t tkey_of(uint64_t h) { return kv_tkey(h); }
+static inline uint32_t home_of(uint64_t k, uint32_t m) { return kv_home(k, m); }
 
 uint32_t kv_lookup(const struct kvcache *kv, uint64_t hash)
 {
@@ -52,11 +52,6 @@ uint32_t kv_lookup(const struct kvcache *kv, uint64_t hash)
         if (!kv->t[p].key)
             return KV_NONE;
     }
-}
-
-void kv_prefetch(const struct kvcache *kv, uint64_t hash)
-{
-    __builtin_prefetch(&kv->t[home_of(tkey_of(hash), kv->tcap - 1)]);
 }
 
 static void table_put(struct kvcache *kv, uint64_t k, uint32_t v);
@@ -163,68 +158,98 @@ static void lru_reserve(struct kvcache *kv, uint64_t n)
     kv->q_cap = cap;
 }
 
-void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out)
+/* State-word bits used by the chain loops. */
+#define ST_HASHED ((uint64_t)KV_HASHED << KV_FLAG_SHIFT)
+#define ST_CKPT ((uint64_t)KV_CKPT << KV_FLAG_SHIFT)
+#define ST_LRU ((uint64_t)KV_LRU << KV_FLAG_SHIFT)
+#define ST_GEN1 ((uint64_t)1 << KV_GEN_SHIFT)
+
+/* One block of a chain release; returns true when it went to the LRU
+ * queue (the common case: last holder, hashed). */
+static inline __attribute__((always_inline)) void
+release_one(struct kvcache *kv, uint64_t *st, struct kv_lru_entry *q, uint64_t m,
+            uint64_t *tail, int64_t *freed, int64_t *ck, uint32_t *gen_out, uint32_t k,
+            uint32_t i)
+{
+    uint64_t s = st[i];
+    ASSERT(s & KV_REF_MASK);
+    s--;
+    if ((s & (KV_REF_MASK | ST_HASHED)) == ST_HASHED) {
+        /* Last holder of a hashed block: to the LRU queue, generation
+         * bumped (ref is 0, so the word is flags | gen). */
+        s = (s | ST_LRU) + ST_GEN1;
+        st[i] = s;
+        q[(*tail)++ & m] = (struct kv_lru_entry){i, (uint32_t)(s >> KV_GEN_SHIFT)};
+        *ck += (int64_t)((s & ST_CKPT) != 0);
+        (*freed)++;
+    } else if (s & KV_REF_MASK) {
+        st[i] = s;
+    } else {
+        ASSERT(!(s & ST_CKPT));
+        st[i] = s;
+        kv->free_units++;
+        empty_push(kv, i);
+        (*freed)++;
+    }
+    if (gen_out)
+        gen_out[k] = kv_st_gen(st[i]);
+}
+
+static inline __attribute__((always_inline)) void
+release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out)
 {
     lru_reserve(kv, n);
     uint64_t *st = kv->st;
     struct kv_lru_entry *q = kv->q;
-    uint64_t m = kv->q_cap - 1, tail = kv->q_head + kv->q_len;
-    int64_t freed = 0, pushed = 0, units = 0;
-    for (uint32_t k = n; k-- > 0;) {
-        uint32_t i = blk[k];
-        if (k >= 16)
-            __builtin_prefetch(&st[blk[k - 16]]);
-        uint64_t s = st[i];
-        ASSERT(kv_st_ref(s) > 0);
-        s--;
-        if (kv_st_ref(s)) {
-            st[i] = s;
-            if (gen_out)
-                gen_out[k] = kv_st_gen(s);
-            continue;
-        }
-        freed++;
-        uint32_t f = kv_st_flags(s);
-        if (f & KV_HASHED) {
-            uint32_t g = kv_st_gen(s) + 1;
-            st[i] = (uint64_t)(f | KV_LRU) << KV_FLAG_SHIFT | (uint64_t)g << KV_GEN_SHIFT;
-            q[tail++ & m] = (struct kv_lru_entry){i, g};
-            pushed++;
-            units += units_of(kv, f);
-        } else {
-            ASSERT(!(f & KV_CKPT));
-            st[i] = s;
-            kv->free_units++;
-            empty_push(kv, i);
-        }
-        if (gen_out)
-            gen_out[k] = kv_st_gen(st[i]);
+    uint64_t m = kv->q_cap - 1, tail0 = kv->q_head + kv->q_len, tail = tail0;
+    int64_t freed = 0, ck = 0;
+    uint32_t k = n;
+    for (; k > 16;) {
+        k--;
+        __builtin_prefetch(&st[blk[k - 16]]);
+        release_one(kv, st, q, m, &tail, &freed, &ck, gen_out, k, blk[k]);
     }
+    while (k-- > 0)
+        release_one(kv, st, q, m, &tail, &freed, &ck, gen_out, k, blk[k]);
+    int64_t pushed = (int64_t)(tail - tail0);
     kv->q_len += (uint64_t)pushed;
     kv->n_lru += pushed;
-    kv->lru_units += units;
+    kv->lru_units += pushed + ck * kv->ckpt_units;
     kv->used_blocks -= freed;
+}
+
+void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out)
+{
+    if (gen_out)
+        release_chain(kv, blk, n, gen_out);
+    else
+        release_chain(kv, blk, n, NULL);
 }
 
 void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
 {
     uint64_t *st = kv->st;
+    int64_t taken = 0, ck = 0;
+    uint64_t bad = 0;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = blk[k];
         if (k + 16 < n)
             __builtin_prefetch(&st[blk[k + 16]]);
         uint64_t s = st[i];
-        if (kv_st_ref(s) == 0) {
-            uint32_t f = kv_st_flags(s);
-            ASSERT(f & KV_LRU);
-            kv->lru_units -= units_of(kv, f);
-            kv->n_lru--;
-            kv->used_blocks++;
-            s &= ~((uint64_t)KV_LRU << KV_FLAG_SHIFT);
+        if (!(s & KV_REF_MASK)) {
+            /* Free and cached: leaves the LRU list (its entry goes stale). */
+            bad |= ~s & ST_LRU;
+            taken++;
+            ck += (int64_t)((s & ST_CKPT) != 0);
+            s &= ~ST_LRU;
         }
-        ASSERT(kv_st_ref(s) < KV_REF_MASK);
+        bad |= (s & KV_REF_MASK) == KV_REF_MASK;
         st[i] = s + 1;
     }
+    ASSERT(!bad);
+    kv->lru_units -= taken + ck * kv->ckpt_units;
+    kv->n_lru -= taken;
+    kv->used_blocks += taken;
 }
 
 static void lru_push(struct kvcache *kv, uint32_t i)
@@ -262,9 +287,26 @@ static void lru_take(struct kvcache *kv, uint32_t i)
     kv->n_lru--;
 }
 
+/* Eviction reads the queue in order: the block words and table slots of
+ * the entries a little ahead are loaded early (their misses otherwise
+ * dominate an eviction burst). Entries ahead may be stale; prefetching
+ * them is harmless. */
+static inline void evict_prefetch(const struct kvcache *kv)
+{
+    uint64_t m = kv->q_cap - 1;
+    if (kv->q_len > 16) {
+        uint32_t b = kv->q[(kv->q_head + 16) & m].block;
+        __builtin_prefetch(&kv->st[b]);
+        __builtin_prefetch(&kv->hash[b]);
+    }
+    if (kv->q_len > 8)
+        kv_prefetch(kv, kv->hash[kv->q[(kv->q_head + 8) & m].block]);
+}
+
 uint32_t kv_lru_oldest(struct kvcache *kv)
 {
     while (kv->q_len) {
+        evict_prefetch(kv);
         struct kv_lru_entry e = kv->q[kv->q_head & (kv->q_cap - 1)];
         if (entry_live(kv, e))
             return e.block;

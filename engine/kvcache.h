@@ -112,8 +112,14 @@ static inline int64_t kv_block_lru_units(const struct kvcache *kv, uint32_t i)
 
 /* Block holding content `hash`, or KV_NONE. */
 uint32_t kv_lookup(const struct kvcache *kv, uint64_t hash);
+/* Table key of a hash (0 is the empty key) and its home slot. */
+static inline uint64_t kv_tkey(uint64_t h) { return h ? h : 1; }
+static inline uint32_t kv_home(uint64_t k, uint32_t m) { return (uint32_t)(k ^ (k >> 29)) & m; }
 /* Hints the cache to load the table slot of `hash` (batched lookups). */
-void kv_prefetch(const struct kvcache *kv, uint64_t hash);
+static inline void kv_prefetch(const struct kvcache *kv, uint64_t hash)
+{
+    __builtin_prefetch(&kv->t[kv_home(kv_tkey(hash), kv->tcap - 1)]);
+}
 /* The least recently freed cached block (next to be evicted), or KV_NONE. */
 uint32_t kv_lru_oldest(struct kvcache *kv);
 /* Takes one more reference on a block (removes it from the LRU list). */

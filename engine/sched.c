@@ -354,6 +354,8 @@ static void commit_blocks(struct sched *s, struct sreq *q)
         return;
     ensure_hashes(q, full);
     for (uint32_t i = q->n_committed; i < full; i++) {
+        if (i + 8 < full)
+            kv_prefetch(&s->kv, q->hash[i + 8]);
         kv_commit(&s->kv, q->blk[i], q->hash[i]);
         if (s->kv.ckpt_units && (int64_t)i + 1 <= q->prompt_full &&
             (((int64_t)i + 1) % s->p.ckpt_interval == 0 || (int64_t)i + 1 == q->prompt_full))
@@ -535,8 +537,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
                 lim = q->n_hash;
             while (m < lim && (m < copied || h->hash[m] == q->hash[m])) {
                 uint32_t b = h->blk[m];
-                if (m + 8 < lim)
-                    __builtin_prefetch(&s->kv.st[h->blk[m + 8]]);
+                if (m + 16 < lim)
+                    __builtin_prefetch(&s->kv.st[h->blk[m + 16]]);
                 uint64_t st = s->kv.st[b];
                 if (!(kv_st_flags(st) & KV_HASHED) || kv_st_gen(st) != h->gen[m])
                     break;
