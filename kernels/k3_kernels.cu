@@ -804,9 +804,8 @@ struct MoeArgs {
 #define MOE_CHUNK 8
 #define MOE_MAXP 2048
 
-__device__ __forceinline__ void decode_group(const uint8_t *w, float scale, float *v)
+__device__ __forceinline__ void decode_group(uint4 u, float scale, float *v)
 {
-    uint4 u = *reinterpret_cast<const uint4 *>(w);
     uint32_t q[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int i = 0; i < 4; i++)
@@ -818,6 +817,7 @@ __device__ __forceinline__ void decode_group(const uint8_t *w, float scale, floa
 /* Grouped MXFP4 GEMV: block (j, row tile) serves the j-th active expert
  * for every pair routed to it; S lanes per row (S = groups per row,
  * rounded down to a power of two, at most 32). */
+template <int NR>
 __global__ void __launch_bounds__(MOE_WARPS * WARP) moe_gemv_kernel(MoeArgs a)
 {
     __shared__ int s_pairs[MOE_MAXP];
@@ -888,19 +888,43 @@ __global__ void __launch_bounds__(MOE_WARPS * WARP) moe_gemv_kernel(MoeArgs a)
     int r = (blockIdx.y * MOE_WARPS + warp) * rpw + lane / S;
     bool valid = r < a.rows;
     int rr = valid ? r : 0, e = s_e;
-    bool pair = a.out_mode == MOE_OUT_SITU;
+    constexpr bool pair = NR == 2; /* gate and up rows for SiTU */
     size_t row0 = (size_t)e * a.rows_w + rr, row1 = row0 + a.pair_off;
     for (int c0 = 0; c0 < s_np; c0 += MOE_CHUNK) {
         float acc0[MOE_CHUNK], acc1[MOE_CHUNK], ss[MOE_CHUNK];
 #pragma unroll
         for (int i = 0; i < MOE_CHUNK; i++)
             acc0[i] = acc1[i] = ss[i] = 0;
+        /* software pipeline: the next group's 16 bytes and scale are in
+         * flight while this group is decoded and used */
+        const uint4 *wr0 = reinterpret_cast<const uint4 *>(a.W + row0 * (a.K / 2));
+        const uint4 *wr1 = reinterpret_cast<const uint4 *>(a.W + row1 * (a.K / 2));
+        const uint8_t *sr0 = a.S + row0 * G, *sr1 = a.S + row1 * G;
+        uint4 n0 = make_uint4(0, 0, 0, 0), n1 = n0;
+        uint8_t ns0 = 127, ns1 = 127;
+        if (sub < G) {
+            n0 = wr0[sub];
+            ns0 = sr0[sub];
+            if (pair) {
+                n1 = wr1[sub];
+                ns1 = sr1[sub];
+            }
+        }
         for (int g = sub; g < G; g += S) {
+            uint4 c0w = n0, c1w = n1;
+            uint8_t cs0 = ns0, cs1 = ns1;
+            if (g + S < G) {
+                n0 = wr0[g + S];
+                ns0 = sr0[g + S];
+                if (pair) {
+                    n1 = wr1[g + S];
+                    ns1 = sr1[g + S];
+                }
+            }
             float w0[32], w1[32];
-            decode_group(a.W + row0 * (a.K / 2) + g * 16, k3_e8m0_to_f32(a.S[row0 * G + g]), w0);
+            decode_group(c0w, k3_e8m0_to_f32(cs0), w0);
             if (pair)
-                decode_group(a.W + row1 * (a.K / 2) + g * 16, k3_e8m0_to_f32(a.S[row1 * G + g]),
-                             w1);
+                decode_group(c1w, k3_e8m0_to_f32(cs1), w1);
 #pragma unroll
             for (int i = 0; i < MOE_CHUNK; i++) {
                 if (c0 + i >= s_np)
@@ -963,7 +987,10 @@ static void moe_launch(const MoeArgs &a, cudaStream_t s)
         S *= 2;
     int rows_per_block = MOE_WARPS * (WARP / S);
     dim3 g(P < a.E ? P : a.E, (a.rows + rows_per_block - 1) / rows_per_block);
-    moe_gemv_kernel<<<g, MOE_WARPS * WARP, 0, s>>>(a);
+    if (a.out_mode == MOE_OUT_SITU)
+        moe_gemv_kernel<2><<<g, MOE_WARPS * WARP, 0, s>>>(a);
+    else
+        moe_gemv_kernel<1><<<g, MOE_WARPS * WARP, 0, s>>>(a);
     cudaCheck(cudaGetLastError());
 }
 
