@@ -6,16 +6,19 @@
  * Version 1 of each kernel (llm.c's numbering habit: later versions go
  * beside it, and only the one that wins stays in the path):
  * - projections: one generic BF16 GEMV (a warp per output row, 16-byte
- *   loads, a batch tile of up to 8 sequences in registers) with input
- *   modes (BF16, float, residual add + RMSNorm computed in the same pass)
- *   and epilogues (store, add, residual, gate, SiTU of a row pair);
+ *   loads with 4 in flight per lane, a batch tile of up to 8 sequences in
+ *   registers) with input modes (BF16, float, residual add + RMSNorm
+ *   computed in the same pass) and epilogues (store, add, residual, gate,
+ *   SiTU of a row pair);
  * - routed experts: one grouped MXFP4 GEMV (a block per active expert and
  *   row tile; each lane decodes one 32-value group with its E8M0 scale per
- *   16-byte load; sub-warps of S lanes per row when K is short);
+ *   16-byte load, the next group's load in flight; sub-warps of S lanes
+ *   per row when K is short);
  * - KDA recurrence: a block per (sequence, head), a thread per value
  *   column of the 128 x 128 FP32 state;
- * - MLA decode attention: a block per (sequence, head), warps over cached
- *   positions with an online softmax, merged in shared memory.
+ * - MLA decode attention: blocks per (head, context split, sequence),
+ *   warps over cached positions with an online softmax, 16-byte row loads
+ *   decoded through a shared FP8 table, splits combined by the last block.
  */
 #include <math.h>
 #include <stdint.h>
