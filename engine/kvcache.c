@@ -291,16 +291,19 @@ static void lru_take(struct kvcache *kv, uint32_t i)
  * the entries a little ahead are loaded early (their misses otherwise
  * dominate an eviction burst). Entries ahead may be stale; prefetching
  * them is harmless. */
+#ifndef KV_EVICT_AHEAD
+#define KV_EVICT_AHEAD 32
+#endif
 static inline void evict_prefetch(const struct kvcache *kv)
 {
     uint64_t m = kv->q_cap - 1;
-    if (kv->q_len > 16) {
-        uint32_t b = kv->q[(kv->q_head + 16) & m].block;
+    if (kv->q_len > KV_EVICT_AHEAD) {
+        uint32_t b = kv->q[(kv->q_head + KV_EVICT_AHEAD) & m].block;
         __builtin_prefetch(&kv->st[b]);
         __builtin_prefetch(&kv->hash[b]);
     }
-    if (kv->q_len > 8)
-        kv_prefetch(kv, kv->hash[kv->q[(kv->q_head + 8) & m].block]);
+    if (kv->q_len > KV_EVICT_AHEAD / 2)
+        kv_prefetch(kv, kv->hash[kv->q[(kv->q_head + KV_EVICT_AHEAD / 2) & m].block]);
 }
 
 uint32_t kv_lru_oldest(struct kvcache *kv)

@@ -48,6 +48,14 @@ int spec_init(struct spec_model *s, int draft, const char *acceptance,
         }
         s->cdf[draft + 1] = 1;
         s->mean = mean;
+        s->thr_monotone = true;
+        for (int k = 1; k <= draft + 1; k++) {
+            /* cdf * 2^53 is exact; its ceiling is the least draw at or
+             * above it. */
+            s->thr[k] = (uint64_t)ceil(s->cdf[k] * 9007199254740992.0);
+            if (s->cdf[k] < s->cdf[k - 1] || !(s->cdf[k] >= 0 && s->cdf[k] <= 1))
+                s->thr_monotone = false;
+        }
     }
     accept_format(&s->accept, s->desc, sizeof s->desc);
     return 0;
@@ -58,7 +66,7 @@ uint64_t spec_key(const struct spec_model *s, uint64_t request_key)
     return hash_mix(s->base, request_key);
 }
 
-int spec_sample(const struct spec_model *s, uint64_t skey, int64_t step)
+int spec_sample_slow(const struct spec_model *s, uint64_t skey, int64_t step)
 {
     if (s->draft <= 0)
         return 1;

@@ -11,6 +11,7 @@
 #ifndef SPEC_H
 #define SPEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/accept.h"
@@ -23,6 +24,11 @@ struct spec_model {
     double fixed_frac;               /* and its fractional part */
     double mean;                     /* expected tokens per step */
     uint64_t base;                   /* from (seed, RNG_ACCEPT) */
+    /* thr[k]: the least 53-bit draw x with x / 2^53 >= cdf[k], so that a
+     * draw compares as an integer; monotone (cdf is), so the emitted
+     * count is 1 + the number of thresholds at or below the draw. */
+    uint64_t thr[ACCEPT_MAX_DRAFT + 2];
+    bool thr_monotone;
     char desc[160];
 };
 
@@ -32,8 +38,25 @@ int spec_init(struct spec_model *s, int draft, const char *acceptance,
 
 /* A request's draw key from its identity (once per request). */
 uint64_t spec_key(const struct spec_model *s, uint64_t request_key);
+/* Fixed acceptance and other cases outside the curve's fast path. */
+int spec_sample_slow(const struct spec_model *s, uint64_t skey, int64_t step);
+
 /* Tokens emitted by verification step `step` (0-based) of the request
- * with draw key `skey` (splitmix64 of the key and the step). */
-int spec_sample(const struct spec_model *s, uint64_t skey, int64_t step);
+ * with draw key `skey` (splitmix64 of the key and the step). Inline: one
+ * call per decoding request per step. */
+static inline int spec_sample(const struct spec_model *s, uint64_t skey, int64_t step)
+{
+    if (s->draft <= 0 || s->accept.kind == ACCEPT_FIXED || !s->thr_monotone)
+        return spec_sample_slow(s, skey, step);
+    uint64_t z = skey + (uint64_t)(step + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    uint64_t x = z >> 11;
+    int k = 1;
+    for (int j = 1; j <= s->draft; j++)
+        k += x >= s->thr[j];
+    return k;
+}
 
 #endif
