@@ -194,6 +194,22 @@ static size_t read_fn(char *buf, size_t size, size_t nitems, void *userp)
     return k;
 }
 
+/* Rewinds a streamed body to its start: curl asks when it resends a request
+ * whose reused connection turned out closed (a server restarted between
+ * calls); without it the call fails with "necessary data rewind wasn't
+ * possible" although the server is up. */
+static int seek_fn(void *userp, curl_off_t off, int origin)
+{
+    struct hcall *h = userp;
+    if (off != 0 || origin != SEEK_SET)
+        return CURL_SEEKFUNC_CANTSEEK;
+    struct prompt_spec spec = h->gen.spec;
+    prompt_gen_init(&h->gen, &spec, h->gen.mode);
+    h->head_off = 0;
+    h->tail_off = 0;
+    return CURL_SEEKFUNC_OK;
+}
+
 static void deliver_held(struct hcall *h, int64_t tokens)
 {
     if (h->held_t_ns < 0)
@@ -565,6 +581,8 @@ static int http_submit(struct target *tg, struct target_call *c, char *err)
     } else {
         curl_easy_setopt(h->easy, CURLOPT_READFUNCTION, read_fn);
         curl_easy_setopt(h->easy, CURLOPT_READDATA, h);
+        curl_easy_setopt(h->easy, CURLOPT_SEEKFUNCTION, seek_fn);
+        curl_easy_setopt(h->easy, CURLOPT_SEEKDATA, h);
         /* No length: curl sends the body chunked as read_fn produces it,
          * so a long prompt costs nothing before the send starts and is
          * never held whole. */
