@@ -47,6 +47,10 @@ void k3_gpu_launch(struct k3_layer *L, enum k3_op_id id, cudaStream_t stream);
 void k3_gpu_run_path(struct k3_layer *L, enum k3_path p, cudaStream_t main_s,
                      cudaStream_t side, cudaEvent_t ev_fork, cudaEvent_t ev_join);
 
+/* r = bf16(r + d) over n values (the multi-GPU fused path's residual
+ * after its NCCL reduction). */
+void k3_gpu_residual_add(k3_bf16 *r, const k3_bf16 *d, size_t n, cudaStream_t stream);
+
 /* Pulls `bytes` starting at p into L2 (prefetch while communication runs). */
 void k3_gpu_prefetch_l2(const void *p, size_t bytes, cudaStream_t stream);
 

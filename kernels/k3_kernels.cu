@@ -997,6 +997,21 @@ static void moe_launch(const MoeArgs &a, cudaStream_t s)
     cudaCheck(cudaGetLastError());
 }
 
+/* ---- residual add (multi-GPU fused path: after the NCCL reduction) ---- */
+
+__global__ void residual_add_kernel(size_t n, k3_bf16 *r, const k3_bf16 *d)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        r[i] = k3_f32_to_bf16(bfv(r[i]) + bfv(d[i]));
+}
+
+void k3_gpu_residual_add(k3_bf16 *r, const k3_bf16 *d, size_t n, cudaStream_t stream)
+{
+    residual_add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(n, r, d);
+    cudaCheck(cudaGetLastError());
+}
+
 /* ---- L2 prefetch ----------------------------------------------------- */
 
 __global__ void prefetch_l2_kernel(const char *p, size_t bytes)
@@ -1294,13 +1309,13 @@ void k3_gpu_launch(struct k3_layer *L, enum k3_op_id id, cudaStream_t s)
         gemv_launch(g, s);
         return;
     case K3_OP_MOE_LATENT_DOWN:
-        g = gemv_args(B, H, D(K3_W_LAT_IN), Ls, D(K3_A_LAT), Lt);
+        g = gemv_args(B, H, D(K3_W_LAT_IN), Ls, DB(K3_A_LAT) + (size_t)L->rank * Ls, Lt);
         g.x = D(K3_A_XN2);
         g.ldx = H;
         gemv_launch(g, s);
         return;
     case K3_OP_F_MOE_LATENT_DOWN:
-        g = gemv_args(B, H, D(K3_W_LAT_IN), Ls, D(K3_A_LAT), Lt);
+        g = gemv_args(B, H, D(K3_W_LAT_IN), Ls, DB(K3_A_LAT) + (size_t)L->rank * Ls, Lt);
         in_norm(g, D(K3_IO_R_OUT), H, NULL, DF(K3_W_MOE_NORM), sh->eps, NULL);
         gemv_launch(g, s);
         return;
@@ -1363,7 +1378,7 @@ void k3_gpu_launch(struct k3_layer *L, enum k3_op_id id, cudaStream_t s)
     case K3_OP_MOE_COMBINE:
         g = gemv_args(B, Ls, D(K3_W_LAT_OUT), H, D(K3_IO_D_OUT), H);
         g.in_mode = IN_F32;
-        g.x = D(K3_A_RACC);
+        g.x = DF(K3_A_RACC) + (size_t)L->rank * Ls;
         g.ldx = Lt;
         g.out_mode = OUT_ADD;
         g.acc = DB(K3_A_SHOUT);
@@ -1373,7 +1388,7 @@ void k3_gpu_launch(struct k3_layer *L, enum k3_op_id id, cudaStream_t s)
     case K3_OP_F_MOE_COMBINE_AR_RESIDUAL:
         g = gemv_args(B, Ls, D(K3_W_LAT_OUT), H, D(K3_IO_R_OUT), H);
         g.in_mode = IN_F32;
-        g.x = D(K3_A_RACC);
+        g.x = DF(K3_A_RACC) + (size_t)L->rank * Ls;
         g.ldx = Lt;
         g.out_mode = OUT_RESID;
         g.acc = DB(K3_A_SHOUT);

@@ -226,6 +226,7 @@ int k3_layer_clone(struct k3_layer *dst, const struct k3_layer *src, char *err)
 {
     if (k3_layer_init(dst, &src->sh, src->kind, src->batch, err))
         return -1;
+    dst->rank = src->rank;
     for (int i = 0; i < K3_T_COUNT; i++)
         if (src->t[i].count)
             memcpy(dst->t[i].host, src->t[i].host,
@@ -386,8 +387,9 @@ void k3_layer_randomize(struct k3_layer *L, uint64_t seed, int ctx_len)
             memset(t[i].host, 0xff, t[i].count * k3_dtype_size(t[i].dtype));
     /* The latent columns other ranks project (tp > 1) hold their values. */
     for (int b = 0; b < L->batch; b++)
-        for (int j = s->latent_shard; j < s->latent; j++)
-            K3_BF(L, K3_A_LAT)[(size_t)b * s->latent + j] = k3_f32_to_bf16(krng_normal(&r));
+        for (int j = 0; j < s->latent; j++)
+            if (j / s->latent_shard != L->rank)
+                K3_BF(L, K3_A_LAT)[(size_t)b * s->latent + j] = k3_f32_to_bf16(krng_normal(&r));
     if (t[K3_A_ATT_CNT].count) /* the split counters start at zero */
         memset(t[K3_A_ATT_CNT].host, 0, t[K3_A_ATT_CNT].count * 4);
     memset(t[K3_IO_R_OUT].host, 0xff, t[K3_IO_R_OUT].count * 2);
@@ -572,7 +574,8 @@ static void op_shared_down(struct k3_layer *L)
 static void op_moe_latent_down(struct k3_layer *L)
 {
     k3_gemv_rows_cpu(NB, 0, SH->latent_shard, SH->hidden, K3_BF(L, K3_A_XN2), SH->hidden,
-                     K3_BF(L, K3_W_LAT_IN), NULL, K3_BF(L, K3_A_LAT), SH->latent);
+                     K3_BF(L, K3_W_LAT_IN), NULL,
+                     K3_BF(L, K3_A_LAT) + (size_t)L->rank * SH->latent_shard, SH->latent);
 }
 /* Latent norm (latent_moe_use_norm), token-expert pairs grouped by
  * expert, and the routed accumulator cleared. */
@@ -632,7 +635,8 @@ static void op_moe_down(struct k3_layer *L)
  * rank up-projects its slice (columns 0..Ls) and adds the shared experts. */
 static void op_moe_combine(struct k3_layer *L)
 {
-    k3_gemv_xf32_cpu(NB, SH->hidden, SH->latent_shard, K3_F32(L, K3_A_RACC), SH->latent,
+    k3_gemv_xf32_cpu(NB, SH->hidden, SH->latent_shard,
+                     K3_F32(L, K3_A_RACC) + (size_t)L->rank * SH->latent_shard, SH->latent,
                      K3_BF(L, K3_W_LAT_OUT), K3_BF(L, K3_A_SHOUT), K3_BF(L, K3_IO_D_OUT));
 }
 
@@ -865,7 +869,7 @@ static void fop_moe_latent_down(struct k3_layer *L)
         fnorm_row(&f, K3_BF(L, K3_IO_R_OUT) + (size_t)b * H, NULL, K3_F32(L, K3_W_MOE_NORM), H,
                   SH->eps, NULL);
         for (int n = 0; n < Ls; n++)
-            K3_BF(L, K3_A_LAT)[(size_t)b * SH->latent + n] =
+            K3_BF(L, K3_A_LAT)[(size_t)b * SH->latent + (size_t)L->rank * Ls + n] =
                 k3_f32_to_bf16(fnorm_dot(&f, K3_BF(L, K3_W_LAT_IN) + (size_t)n * H, H));
     }
     free(f.xg);
@@ -934,7 +938,7 @@ static void fop_moe_combine_ar_residual(struct k3_layer *L)
         for (int n = 0; n < H; n++) {
             double s = 0;
             for (int j = 0; j < Ls; j++)
-                s += (double)K3_F32(L, K3_A_RACC)[(size_t)b * Lt + j] *
+                s += (double)K3_F32(L, K3_A_RACC)[(size_t)b * Lt + (size_t)L->rank * Ls + j] *
                      BF(K3_BF(L, K3_W_LAT_OUT)[(size_t)n * Ls + j]);
             s += BF(K3_BF(L, K3_A_SHOUT)[(size_t)b * H + n]);
             k3_bf16 *r = K3_BF(L, K3_IO_R_OUT) + (size_t)b * H + n;

@@ -159,6 +159,8 @@ struct k3_layer {
     struct k3_shape sh;
     enum k3_kind kind;
     int batch;
+    int rank;       /* tensor-parallel rank (0 on one GPU): this rank
+                       projects latent columns rank*Ls .. (rank+1)*Ls */
     struct k3_tensor t[K3_T_COUNT];
 };
 

@@ -249,16 +249,19 @@ static void copy_tensor(struct k3_layer *F, const struct k3_layer *A, enum k3_ti
  * operation and each fused kernel starts from the same inputs (the
  * discrete routing cannot turn a rounding difference into another
  * expert). Then the fused path runs end to end on its own. */
-static void equivalence_case(enum k3_kind kind, int batch, int ctx, uint64_t seed)
+static void equivalence_case(enum k3_kind kind, int batch, int ctx, uint64_t seed, int rank)
 {
     struct k3_shape s;
     struct k3_layer A, F;
     char err[K3_ERR_LEN];
     k3_shape_small(&s, 48);
+    if (rank) /* one rank of two: half the latent projected here */
+        s.latent_shard = s.latent / 2;
     if (k3_layer_init(&A, &s, kind, batch, err)) {
         CHECKF(0, "init: %s", err);
         return;
     }
+    A.rank = rank;
     k3_layer_randomize(&A, seed, ctx);
     CHECKF(k3_layer_verify(&A, err) == 0, "verify: %s", err);
     k3_layer_clone(&F, &A, err);
@@ -344,6 +347,9 @@ int main(void)
     uint64_t seed = base_seed;
     for (int k = 0; k < K3_KIND_COUNT; k++)
         for (size_t i = 0; i < sizeof batches / sizeof *batches; i++)
-            equivalence_case((enum k3_kind)k, batches[i], 5 + 13 * (int)i, seed++);
+            equivalence_case((enum k3_kind)k, batches[i], 5 + 13 * (int)i, seed++, 0);
+    /* rank 1 of a latent split in two: the same function per rank */
+    for (int k = 0; k < K3_KIND_COUNT; k++)
+        equivalence_case((enum k3_kind)k, 5, 20, seed++, 1);
     return test_report();
 }
