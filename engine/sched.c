@@ -134,6 +134,11 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
 }
 
 #define SCHED_HINTS 1024
+/* Prefetch distance of the hint walk, in blocks (a short loop body: the
+ * block words must be asked for well ahead). */
+#ifndef HINT_AHEAD
+#define HINT_AHEAD 48
+#endif
 
 static void sreq_destroy(struct sreq *q)
 {
@@ -487,9 +492,15 @@ static void batch_push(struct sched *s, struct sreq *q)
 
 /* Prefix hit for a waiting request: matched blocks m, usable hit j (both
  * in blocks). */
-static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_t *j_out)
+static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_t *j_out,
+                       int64_t *pinned_out)
 {
     *m_out = *j_out = 0;
+    *pinned_out = 0;
+    /* pinned: units the matched blocks would stop being evictable for
+     * (kv_block_lru_units summed over blk[0 .. m)), taken while each
+     * block's word is at hand. */
+    int64_t pinned = 0;
     if (!s->p.prefix_caching)
         return;
     int bs = s->p.block_size;
@@ -526,6 +537,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
      * block leaves the table). */
     if (q->hit_epoch == s->kv.evictions + 1) {
         m = q->hit_m;
+        for (uint32_t k = 0; k < m; k++)
+            pinned += kv_block_lru_units(&s->kv, q->blk[k]);
     } else if (h) {
         /* The session's previous request: same hashes, blocks that still
          * hold them. */
@@ -537,11 +550,13 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
                 lim = q->n_hash;
             while (m < lim && (m < copied || h->hash[m] == q->hash[m])) {
                 uint32_t b = h->blk[m];
-                if (m + 16 < lim)
-                    __builtin_prefetch(&s->kv.st[h->blk[m + 16]]);
+                if (m + HINT_AHEAD < lim)
+                    __builtin_prefetch(&s->kv.st[h->blk[m + HINT_AHEAD]]);
                 uint64_t st = s->kv.st[b];
                 if (!(kv_st_flags(st) & KV_HASHED) || kv_st_gen(st) != h->gen[m])
                     break;
+                if (kv_st_flags(st) & KV_LRU)
+                    pinned += 1 + ((kv_st_flags(st) & KV_CKPT) ? s->kv.ckpt_units : 0);
                 q->blk[m++] = b;
             }
             s->hint_hits += m;
@@ -557,8 +572,10 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
         uint32_t b = kv_lookup(&s->kv, q->hash[m]);
         if (b == KV_NONE)
             break;
+        pinned += kv_block_lru_units(&s->kv, b);
         q->blk[m++] = b;  /* scratch until acquired */
     }
+    *pinned_out = pinned;
     q->hit_m = m;
     q->hit_epoch = s->kv.evictions + 1;
     uint32_t j = m;
@@ -618,7 +635,8 @@ static bool schedule(struct sched *s, int64_t now)
             if (had_running && q->arrival_ns >= now)
                 break;
             uint32_t m, j;
-            prefix_hit(s, q, &m, &j);
+            int64_t pinned;
+            prefix_hit(s, q, &m, &j, &pinned);
             int64_t start = (int64_t)j * bs;
             int64_t num_new = q->num_tokens - start;
             if (num_new > budget)
@@ -627,9 +645,6 @@ static bool schedule(struct sched *s, int64_t now)
             int64_t need = want > m ? want - m : 0;
             if (need > kv_available(&s->kv))
                 break;
-            int64_t pinned = 0;
-            for (uint32_t k = 0; k < m; k++)
-                pinned += kv_block_lru_units(&s->kv, q->blk[k]);
             if (need > kv_available(&s->kv) - pinned)
                 break;
             kv_acquire_chain(&s->kv, q->blk, m);
