@@ -520,6 +520,217 @@ static float nccl_allreduce_us(int ngpu, size_t count, int iters)
     cudaCheck(cudaSetDevice(0));
     return t.median();
 }
+
+/* ---- the layer across GPUs: reductions through NCCL ------------------ */
+
+#define TP_MAX 16
+
+/* n ranks, one per GPU, each with its own shard of the layer (weights
+ * drawn per rank); reductions run through NCCL on the ranks' streams. */
+struct tp_group {
+    int n;
+    ncclComm_t comm[TP_MAX];
+    cudaStream_t st[TP_MAX], side[TP_MAX];
+    cudaEvent_t fork[TP_MAX], join[TP_MAX], comm_ev[TP_MAX];
+    struct k3_layer L[TP_MAX];
+};
+
+static void tp_allreduce(tp_group &g, enum k3_tid t, size_t count)
+{
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < g.n; r++)
+        ncclCheck(ncclAllReduce(g.L[r].t[t].dev, g.L[r].t[t].dev, count, ncclBfloat16, ncclSum,
+                                g.comm[r], g.st[r]));
+    ncclCheck(ncclGroupEnd());
+}
+
+/* In place, row by row: rank r's latent columns r*Ls.. to every rank. */
+static void tp_latent_allgather(tp_group &g)
+{
+    const struct k3_shape *s = &g.L[0].sh;
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < g.n; r++)
+        for (int b = 0; b < g.L[r].batch; b++) {
+            k3_bf16 *row = (k3_bf16 *)g.L[r].t[K3_A_LAT].dev + (size_t)b * s->latent;
+            ncclCheck(ncclAllGather(row + (size_t)r * s->latent_shard, row, s->latent_shard,
+                                    ncclBfloat16, g.comm[r], g.st[r]));
+        }
+    ncclCheck(ncclGroupEnd());
+}
+
+/* In place, row by row: the experts' partial latent sums, each rank
+ * keeping its columns r*Ls.. summed over ranks. */
+static void tp_latent_reduce_scatter(tp_group &g)
+{
+    const struct k3_shape *s = &g.L[0].sh;
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < g.n; r++)
+        for (int b = 0; b < g.L[r].batch; b++) {
+            float *row = (float *)g.L[r].t[K3_A_RACC].dev + (size_t)b * s->latent;
+            ncclCheck(ncclReduceScatter(row, row + (size_t)r * s->latent_shard, s->latent_shard,
+                                        ncclFloat, ncclSum, g.comm[r], g.st[r]));
+        }
+    ncclCheck(ncclGroupEnd());
+}
+
+/* One layer on every rank. The fused path's reductions cannot live inside
+ * its kernels here (NCCL is its own launch): its output projection and
+ * MoE combine write their partials, NCCL reduces them, a residual add
+ * follows; during the MoE reduction each rank prefetches the next
+ * layer's first weights into L2 on its side stream. */
+static void tp_run_path(tp_group &g, enum k3_path p)
+{
+    const struct k3_op *ops;
+    enum k3_kind kind = g.L[0].kind;
+    int nops = k3_path_ops(p, kind, &ops), B = g.L[0].batch;
+    size_t BH = (size_t)B * g.L[0].sh.hidden;
+    bool forked = false;
+    for (int i = 0; i < nops; i++) {
+        const struct k3_op *op = &ops[i];
+        bool last = i == nops - 1;
+        if (forked && last)
+            for (int r = 0; r < g.n; r++) {
+                cudaCheck(cudaSetDevice(r));
+                cudaCheck(cudaEventRecord(g.join[r], g.side[r]));
+                cudaCheck(cudaStreamWaitEvent(g.st[r], g.join[r], 0));
+            }
+        switch (op->id) {
+        case K3_OP_ATTN_ALLREDUCE:
+            tp_allreduce(g, K3_A_ATT, BH);
+            break;
+        case K3_OP_MOE_ALLREDUCE:
+            tp_allreduce(g, K3_IO_D_OUT, BH);
+            break;
+        case K3_OP_F_O_PROJ_AR_RESIDUAL:
+        case K3_OP_F_MOE_COMBINE_AR_RESIDUAL: {
+            bool moe = op->id == K3_OP_F_MOE_COMBINE_AR_RESIDUAL;
+            enum k3_tid part = moe ? K3_IO_D_OUT : K3_A_ATT;
+            for (int r = 0; r < g.n; r++) {
+                cudaCheck(cudaSetDevice(r));
+                k3_gpu_launch(&g.L[r], moe ? K3_OP_MOE_COMBINE : K3_OP_ATTN_O_PROJ, g.st[r]);
+                if (moe) { /* prefetch while the reduction runs */
+                    enum k3_tid first = kind == K3_KDA ? K3_W_KDA_QKV : K3_W_MLA_A;
+                    cudaCheck(cudaEventRecord(g.comm_ev[r], g.st[r]));
+                    cudaCheck(cudaStreamWaitEvent(g.side[r], g.comm_ev[r], 0));
+                    k3_gpu_prefetch_l2(g.L[r].t[first].dev,
+                                       g.L[r].t[first].count * k3_dtype_size(g.L[r].t[first].dtype),
+                                       g.side[r]);
+                }
+            }
+            tp_allreduce(g, part, BH);
+            for (int r = 0; r < g.n; r++) {
+                cudaCheck(cudaSetDevice(r));
+                k3_gpu_residual_add((k3_bf16 *)g.L[r].t[K3_IO_R_OUT].dev,
+                                    (const k3_bf16 *)g.L[r].t[part].dev, BH, g.st[r]);
+            }
+            break;
+        }
+        default:
+            for (int r = 0; r < g.n; r++) {
+                cudaCheck(cudaSetDevice(r));
+                k3_gpu_launch(&g.L[r], op->id, op->side_stream ? g.side[r] : g.st[r]);
+            }
+        }
+        if (op->id == K3_OP_MOE_LATENT_DOWN || op->id == K3_OP_F_MOE_LATENT_DOWN)
+            tp_latent_allgather(g);
+        if (op->id == K3_OP_MOE_DOWN || op->id == K3_OP_F_MOE_DOWN)
+            tp_latent_reduce_scatter(g);
+        if (op->id == K3_OP_F_O_PROJ_AR_RESIDUAL && !forked) {
+            for (int r = 0; r < g.n; r++) {
+                cudaCheck(cudaSetDevice(r));
+                cudaCheck(cudaEventRecord(g.fork[r], g.st[r]));
+                cudaCheck(cudaStreamWaitEvent(g.side[r], g.fork[r], 0));
+            }
+            forked = true;
+        }
+    }
+    /* the side streams end inside the layer (prefetch included) */
+    for (int r = 0; r < g.n; r++) {
+        cudaCheck(cudaSetDevice(r));
+        cudaCheck(cudaEventRecord(g.join[r], g.side[r]));
+        cudaCheck(cudaStreamWaitEvent(g.st[r], g.join[r], 0));
+    }
+    cudaCheck(cudaSetDevice(0));
+}
+
+/* Median layer time (us) of both paths across n GPUs for each batch,
+ * measured on rank 0's stream (the reductions tie the ranks together);
+ * launched from the host, without CUDA graphs. */
+static int tp_layer_bench(const opts &o, int n, const std::vector<int> &batches, uint64_t seed,
+                          FILE *res)
+{
+    fprintf(res, "\nThe layer across %d GPUs (reductions through NCCL, host launches, no "
+                 "graphs):\n\n| kind | batch | standard us | fused us |\n|---|---|---|---|\n", n);
+    int bmax = *std::max_element(batches.begin(), batches.end());
+    for (int k = 0; k < K3_KIND_COUNT; k++) {
+        tp_group g;
+        g.n = n;
+        int devs[TP_MAX];
+        for (int r = 0; r < n; r++)
+            devs[r] = r;
+        ncclCheck(ncclCommInitAll(g.comm, n, devs));
+        for (int r = 0; r < n; r++) {
+            cudaCheck(cudaSetDevice(r));
+            if (setup_layer(&g.L[r], o.tp, (enum k3_kind)k, bmax, o.ctx, seed + 101 * r))
+                return -1;
+            g.L[r].rank = r;
+            k3_gpu_upload(&g.L[r]);
+            cudaCheck(cudaStreamCreateWithFlags(&g.st[r], cudaStreamNonBlocking));
+            cudaCheck(cudaStreamCreateWithFlags(&g.side[r], cudaStreamNonBlocking));
+            cudaCheck(cudaEventCreateWithFlags(&g.fork[r], cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&g.join[r], cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&g.comm_ev[r], cudaEventDisableTiming));
+        }
+        cudaEvent_t a, b;
+        cudaCheck(cudaSetDevice(0));
+        cudaCheck(cudaEventCreate(&a));
+        cudaCheck(cudaEventCreate(&b));
+        for (int bs : batches) {
+            float med[K3_PATH_COUNT];
+            for (int r = 0; r < n; r++) {
+                cudaCheck(cudaSetDevice(r));
+                g.L[r].batch = bs;
+                k3_gpu_put_state(&g.L[r]);
+            }
+            for (int p = 0; p < K3_PATH_COUNT; p++) {
+                timing t;
+                for (int it = 0; it < o.iters + 3; it++) {
+                    cudaCheck(cudaSetDevice(0));
+                    cudaCheck(cudaEventRecord(a, g.st[0]));
+                    tp_run_path(g, (enum k3_path)p);
+                    cudaCheck(cudaEventRecord(b, g.st[0]));
+                    for (int r = 0; r < n; r++) {
+                        cudaCheck(cudaSetDevice(r));
+                        cudaCheck(cudaStreamSynchronize(g.st[r]));
+                    }
+                    cudaCheck(cudaSetDevice(0));
+                    float ms;
+                    cudaCheck(cudaEventElapsedTime(&ms, a, b));
+                    if (it >= 3)
+                        t.us.push_back(ms * 1000.0f);
+                }
+                med[p] = t.median();
+            }
+            fprintf(res, "| %s | %d | %.2f | %.2f |\n", k3_kind_name((enum k3_kind)k), bs, med[0],
+                    med[1]);
+        }
+        cudaCheck(cudaEventDestroy(a));
+        cudaCheck(cudaEventDestroy(b));
+        for (int r = 0; r < n; r++) {
+            cudaCheck(cudaSetDevice(r));
+            cudaCheck(cudaEventDestroy(g.fork[r]));
+            cudaCheck(cudaEventDestroy(g.join[r]));
+            cudaCheck(cudaEventDestroy(g.comm_ev[r]));
+            cudaCheck(cudaStreamDestroy(g.st[r]));
+            cudaCheck(cudaStreamDestroy(g.side[r]));
+            k3_gpu_free(&g.L[r]);
+            k3_layer_free(&g.L[r]);
+            ncclCheck(ncclCommDestroy(g.comm[r]));
+        }
+        cudaCheck(cudaSetDevice(0));
+    }
+    return 0;
+}
 #endif
 
 static int cmd_bench(const opts &o)
@@ -669,6 +880,13 @@ static int cmd_bench(const opts &o)
         }
         if (n != o.tp)
             fprintf(res, "\n(%d GPUs present: the all-reduce spans %d, not tp %d)\n", ngpu, n, o.tp);
+        /* the whole layer across GPUs needs one GPU per rank */
+        if (n == o.tp && n <= TP_MAX) {
+            if (tp_layer_bench(o, n, batches, seed, res))
+                return 2;
+        } else {
+            fprintf(res, "\nThe layer across GPUs needs tp = %d GPUs; %d present.\n", o.tp, ngpu);
+        }
     }
 #endif
     if (res != stdout)
