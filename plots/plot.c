@@ -865,9 +865,14 @@ static int read_requests(const char *dir, struct reqvals *v, char *err)
         reqvals_free(v);
         return -1;
     }
-    qsort(v->ttft_ms, v->n_ttft, sizeof(double), cmp_double);
-    qsort(v->tpot_ms, v->n_tpot, sizeof(double), cmp_double);
-    qsort(v->inter, v->n_tpot, sizeof(double), cmp_double);
+    /* No records with a first token (a run interrupted at once): the
+     * arrays are NULL, which qsort must not be given. */
+    if (v->n_ttft)
+        qsort(v->ttft_ms, v->n_ttft, sizeof(double), cmp_double);
+    if (v->n_tpot) {
+        qsort(v->tpot_ms, v->n_tpot, sizeof(double), cmp_double);
+        qsort(v->inter, v->n_tpot, sizeof(double), cmp_double);
+    }
     return 0;
 }
 
