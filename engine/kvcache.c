@@ -119,17 +119,41 @@ static inline bool entry_live(const struct kvcache *kv, struct kv_lru_entry e)
     return (kv_st_flags(st) & KV_LRU) && kv_st_gen(st) == e.gen;
 }
 
-/* Drops stale entries in place, keeping the order of the live ones (the
- * write position never passes the read position). */
+/* Drops dead entries (tombstones) in place, keeping the order of the
+ * live ones (the write position never passes the read position); each
+ * live block's position moves with it. */
 static void lru_compact(struct kvcache *kv)
 {
     uint64_t m = kv->q_cap - 1, w = 0;
     for (uint64_t i = 0; i < kv->q_len; i++) {
         struct kv_lru_entry e = kv->q[(kv->q_head + i) & m];
-        if (entry_live(kv, e))
-            kv->q[(kv->q_head + w++) & m] = e;
+        if (e.block != KV_NONE) {
+            kv->q[(kv->q_head + w) & m] = e;
+            kv->next[e.block] = (uint32_t)(kv->q_head + w);
+            w++;
+        }
     }
     kv->q_len = w;
+}
+
+/* Unrolls the ring into one of cap entries starting at 0, dropping
+ * tombstones. */
+static void lru_regrow(struct kvcache *kv, uint64_t cap)
+{
+    struct kv_lru_entry *nq = xmalloc(cap * sizeof *nq);
+    uint64_t w = 0;
+    for (uint64_t k = 0; k < kv->q_len; k++) {
+        struct kv_lru_entry e = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
+        if (e.block != KV_NONE) {
+            kv->next[e.block] = (uint32_t)w;
+            nq[w++] = e;
+        }
+    }
+    free(kv->q);
+    kv->q = nq;
+    kv->q_head = 0;
+    kv->q_len = w;
+    kv->q_cap = cap;
 }
 
 static void empty_push(struct kvcache *kv, uint32_t i);
@@ -149,14 +173,14 @@ static void lru_reserve(struct kvcache *kv, uint64_t n)
     uint64_t cap = kv->q_cap;
     while (kv->q_len + n > cap)
         cap *= 2;
-    struct kv_lru_entry *nq = xmalloc(cap * sizeof *nq);
-    for (uint64_t k = 0; k < kv->q_len; k++)
-        nq[k] = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
-    free(kv->q);
-    kv->q = nq;
-    kv->q_head = 0;
-    kv->q_cap = cap;
+    lru_regrow(kv, cap);
 }
+
+/* Prefetch distance of the chain loops, in blocks: their bodies are
+ * short, so block words are asked for well ahead. */
+#ifndef KV_CHAIN_AHEAD
+#define KV_CHAIN_AHEAD 48
+#endif
 
 /* State-word bits used by the chain loops. */
 #define ST_HASHED ((uint64_t)KV_HASHED << KV_FLAG_SHIFT)
@@ -179,6 +203,7 @@ release_one(struct kvcache *kv, uint64_t *st, struct kv_lru_entry *q, uint64_t m
          * bumped (ref is 0, so the word is flags | gen). */
         s = (s | ST_LRU) + ST_GEN1;
         st[i] = s;
+        kv->next[i] = (uint32_t)*tail;
         q[(*tail)++ & m] = (struct kv_lru_entry){i, (uint32_t)(s >> KV_GEN_SHIFT)};
         *ck += (int64_t)((s & ST_CKPT) != 0);
         (*freed)++;
@@ -204,9 +229,10 @@ release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen
     uint64_t m = kv->q_cap - 1, tail0 = kv->q_head + kv->q_len, tail = tail0;
     int64_t freed = 0, ck = 0;
     uint32_t k = n;
-    for (; k > 16;) {
+    for (; k > KV_CHAIN_AHEAD;) {
         k--;
-        __builtin_prefetch(&st[blk[k - 16]]);
+        __builtin_prefetch(&st[blk[k - KV_CHAIN_AHEAD]]);
+        __builtin_prefetch(&kv->next[blk[k - KV_CHAIN_AHEAD]], 1);
         release_one(kv, st, q, m, &tail, &freed, &ck, gen_out, k, blk[k]);
     }
     while (k-- > 0)
@@ -229,16 +255,22 @@ void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint3
 void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
 {
     uint64_t *st = kv->st;
+    uint32_t *pos = kv->next;
+    struct kv_lru_entry *q = kv->q;
+    uint64_t m = kv->q_cap - 1;
     int64_t taken = 0, ck = 0;
     uint64_t bad = 0;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = blk[k];
-        if (k + 16 < n)
-            __builtin_prefetch(&st[blk[k + 16]]);
+        if (k + KV_CHAIN_AHEAD < n) {
+            __builtin_prefetch(&st[blk[k + KV_CHAIN_AHEAD]]);
+            __builtin_prefetch(&pos[blk[k + KV_CHAIN_AHEAD]]);
+        }
         uint64_t s = st[i];
         if (!(s & KV_REF_MASK)) {
             /* Free and cached: leaves the LRU list (its entry goes stale). */
             bad |= ~s & ST_LRU;
+            q[pos[i] & m].block = KV_NONE;  /* its queue entry dies */
             taken++;
             ck += (int64_t)((s & ST_CKPT) != 0);
             s &= ~ST_LRU;
@@ -257,30 +289,25 @@ static void lru_push(struct kvcache *kv, uint32_t i)
     if (kv->q_len == kv->q_cap) {
         if (kv->q_len > 2 * (uint64_t)kv->n_lru + 1024)
             lru_compact(kv);
-        if (kv->q_len == kv->q_cap) {
-            /* Grow: unroll the ring into a bigger one. */
-            struct kv_lru_entry *nq = xmalloc(2 * kv->q_cap * sizeof *nq);
-            for (uint64_t k = 0; k < kv->q_len; k++)
-                nq[k] = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
-            free(kv->q);
-            kv->q = nq;
-            kv->q_head = 0;
-            kv->q_cap *= 2;
-        }
+        if (kv->q_len == kv->q_cap)
+            lru_regrow(kv, 2 * kv->q_cap); /* grow: unroll into a bigger ring */
     }
     uint64_t st = kv->st[i];
     uint32_t f = kv_st_flags(st) | KV_LRU;
     uint32_t g = kv_st_gen(st) + 1;
     kv->st[i] = kv_st_ref(st) | (uint64_t)f << KV_FLAG_SHIFT | (uint64_t)g << KV_GEN_SHIFT;
+    kv->next[i] = (uint32_t)(kv->q_head + kv->q_len);
     kv->q[(kv->q_head + kv->q_len) & (kv->q_cap - 1)] = (struct kv_lru_entry){i, g};
     kv->q_len++;
     kv->n_lru++;
     kv->lru_units += units_of(kv, f);
 }
 
-/* Marks a cached block no longer free; its queue entry goes stale. */
+/* Marks a cached block no longer free; its queue entry dies (a
+ * tombstone that eviction and compaction skip without reading the block). */
 static void lru_take(struct kvcache *kv, uint32_t i)
 {
+    kv->q[kv->next[i] & (kv->q_cap - 1)].block = KV_NONE;
     uint32_t f = kv_flags(kv, i);
     kv->lru_units -= units_of(kv, f);
     set_flags(kv, i, f & ~(uint32_t)KV_LRU);
@@ -292,18 +319,23 @@ static void lru_take(struct kvcache *kv, uint32_t i)
  * dominate an eviction burst). Entries ahead may be stale; prefetching
  * them is harmless. */
 #ifndef KV_EVICT_AHEAD
-#define KV_EVICT_AHEAD 32
+#define KV_EVICT_AHEAD 64
 #endif
 static inline void evict_prefetch(const struct kvcache *kv)
 {
     uint64_t m = kv->q_cap - 1;
     if (kv->q_len > KV_EVICT_AHEAD) {
         uint32_t b = kv->q[(kv->q_head + KV_EVICT_AHEAD) & m].block;
-        __builtin_prefetch(&kv->st[b]);
-        __builtin_prefetch(&kv->hash[b]);
+        if (b != KV_NONE) {
+            kv_pf(&kv->st[b]);
+            kv_pf(&kv->hash[b]);
+        }
     }
-    if (kv->q_len > KV_EVICT_AHEAD / 2)
-        kv_prefetch(kv, kv->hash[kv->q[(kv->q_head + KV_EVICT_AHEAD / 2) & m].block]);
+    if (kv->q_len > KV_EVICT_AHEAD / 4) {
+        uint32_t b = kv->q[(kv->q_head + KV_EVICT_AHEAD / 4) & m].block;
+        if (b != KV_NONE)
+            kv_prefetch(kv, kv->hash[b]);
+    }
 }
 
 uint32_t kv_lru_oldest(struct kvcache *kv)
@@ -311,7 +343,7 @@ uint32_t kv_lru_oldest(struct kvcache *kv)
     while (kv->q_len) {
         evict_prefetch(kv);
         struct kv_lru_entry e = kv->q[kv->q_head & (kv->q_cap - 1)];
-        if (entry_live(kv, e))
+        if (e.block != KV_NONE)
             return e.block;
         kv->q_head++;
         kv->q_len--;
@@ -336,10 +368,10 @@ static bool evict_one(struct kvcache *kv)
     uint32_t i = kv_lru_oldest(kv);
     if (i == KV_NONE)
         return false;
-    kv->q_head++;
-    kv->q_len--;
     uint32_t f = kv_flags(kv, i);
     lru_take(kv, i);
+    kv->q_head++;
+    kv->q_len--;
     kv->free_units += 1;
     if (f & KV_CKPT) {
         kv->free_units += kv->ckpt_units;
@@ -474,10 +506,15 @@ int kv_verify(const struct kvcache *kv, char *err)
     }
     for (uint64_t k = 0; k < kv->q_len; k++) {
         struct kv_lru_entry e = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
+        if (e.block == KV_NONE)
+            continue;  /* tombstone */
         if (e.block >= kv->n_made)
             return err_set(err, "kv: LRU entry names block %u of %u", e.block, kv->n_made);
         if (!entry_live(kv, e))
-            continue;
+            return err_set(err, "kv: LRU entry for block %u is stale", e.block);
+        if (kv->next[e.block] != (uint32_t)(kv->q_head + k))
+            return err_set(err, "kv: LRU block %u records position %u, is at %llu", e.block,
+                           kv->next[e.block], (unsigned long long)(kv->q_head + k));
         uint32_t f = kv_flags(kv, e.block);
         if (kv_ref(kv, e.block) || !(f & KV_HASHED))
             return err_set(err, "kv: LRU block %u in use or unhashed", e.block);

@@ -53,10 +53,11 @@ struct kv_slot {
 };
 
 /* The LRU order is a FIFO of (block, gen) in release order; acquiring a
- * cached block only marks it in use, leaving a stale entry that eviction
- * skips (gen or flags no longer match), so a prefix hit costs one touch
- * of the block instead of unlinking it from a list (the queue is
- * compacted when stale entries outnumber live ones). */
+ * cached block marks it in use and overwrites its entry with a tombstone
+ * (block KV_NONE; the block records its entry's position), so a prefix
+ * hit costs no unlinking from a list, and eviction and compaction skip
+ * dead entries without reading their blocks (the queue is compacted when
+ * tombstones outnumber live entries). */
 struct kv_lru_entry {
     uint32_t block, gen;
 };
@@ -71,7 +72,8 @@ struct kvcache {
     uint64_t *st;            /* per block: ref | flags << 24 | gen << 32 (gen
                                 bumped at each release to the LRU queue) */
     uint64_t *hash;          /* per block: content hash (with KV_HASHED) */
-    uint32_t *next;          /* per block: empty stack link */
+    uint32_t *next;          /* per block: empty stack link; for a block on
+                                the LRU queue, its position (low 32 bits) */
     uint32_t n_made, cap_made;
     uint32_t empty_head;     /* stack of empty made blocks */
     struct kv_lru_entry *q;  /* LRU queue: ring of q_cap (power of 2) */
@@ -112,13 +114,24 @@ static inline int64_t kv_block_lru_units(const struct kvcache *kv, uint32_t i)
 
 /* Block holding content `hash`, or KV_NONE. */
 uint32_t kv_lookup(const struct kvcache *kv, uint64_t hash);
+/* A prefetch the compiler keeps: GCC 12 drops some __builtin_prefetch
+ * calls in loops as dead code (seen in the eviction walk). */
+static inline void kv_pf(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
+#else
+    __builtin_prefetch(p);
+#endif
+}
+
 /* Table key of a hash (0 is the empty key) and its home slot. */
 static inline uint64_t kv_tkey(uint64_t h) { return h ? h : 1; }
 static inline uint32_t kv_home(uint64_t k, uint32_t m) { return (uint32_t)(k ^ (k >> 29)) & m; }
 /* Hints the cache to load the table slot of `hash` (batched lookups). */
 static inline void kv_prefetch(const struct kvcache *kv, uint64_t hash)
 {
-    __builtin_prefetch(&kv->t[kv_home(kv_tkey(hash), kv->tcap - 1)]);
+    kv_pf(&kv->t[kv_home(kv_tkey(hash), kv->tcap - 1)]);
 }
 /* The least recently freed cached block (next to be evicted), or KV_NONE. */
 uint32_t kv_lru_oldest(struct kvcache *kv);
