@@ -367,7 +367,8 @@ static void test_soak(double secs)
     if (!d)
         return;
     long long records = 0, dup = 0, err500 = 0, cut = 0, refused = 0, outage_cut = 0,
-              ok_after = 0, other = 0, okn = 0, stalled = 0;
+              ok_after = 0, other = 0, okn = 0, stalled = 0, n_cut = 0, cap_cut = 0;
+    double first_refused = -1, *cut_end = NULL;
     double last_start = 0;
     size_t kcap = 1 << 16, kn = 0;
     uint64_t *keys = calloc(kcap, sizeof *keys);
@@ -428,13 +429,12 @@ static void test_soak(double secs)
             err500++;
         } else if (strstr(e, "connect") || strstr(e, "Connection refused")) {
             refused++;
+            if (first_refused < 0 || start < first_refused)
+                first_refused = start;
         } else if (!strncmp(e, "transport", 9) || !strncmp(e, "malformed", 9)) {
-            /* Streams cut by the kill end at the kill (the load clock starts
-             * a little after t0, so the window reaches back 1 s). */
-            if (end > t_kill - 1.0 && end < t_kill + 0.5)
-                outage_cut++;
-            else
-                cut++;
+            if (n_cut == cap_cut)
+                cut_end = realloc(cut_end, (cap_cut = 2 * cap_cut + 16) * sizeof *cut_end);
+            cut_end[n_cut++] = end;
         } else {
             other++;
             if (other <= 3)
@@ -443,6 +443,21 @@ static void test_soak(double secs)
         json_decref(r);
     }
     free(keys);
+    /* Streams cut by the kill end at the kill, all within a few ms, just
+     * before the first refused connection starts (times in the load's own
+     * clock): the latest cut ending by then marks the kill; cuts within
+     * 50 ms before it are the outage's, the others injected disconnects. */
+    double kill_end = -1;
+    for (long long i = 0; i < n_cut; i++)
+        if (first_refused >= 0 && cut_end[i] <= first_refused + 0.01 && cut_end[i] > kill_end)
+            kill_end = cut_end[i];
+    for (long long i = 0; i < n_cut; i++) {
+        if (kill_end >= 0 && cut_end[i] >= kill_end - 0.05 && cut_end[i] <= first_refused + 0.01)
+            outage_cut++;
+        else
+            cut++;
+    }
+    free(cut_end);
     free(d);
     long long inj_err = f1.error + f2.error, inj_disc = f1.disconnect + f2.disconnect,
               inj_stall = f1.stall + f2.stall;
