@@ -170,6 +170,9 @@ const char replay_flags_help[] =
     "  --no-cache-isolation   instances of the same trace share cache\n"
     "  --no-subagents         replay root sessions only\n"
     "  --no-join              never wait for subagents\n"
+    "  --join-subagents       parents wait for every subagent (the public\n"
+    "                         traces' subagents end before the parent's\n"
+    "                         next call; traces/FORMAT.md)\n"
     "  --think start-to-start recorded start-to-start gaps instead\n"
     "  --measure normal       measure only calls of type n\n"
     "  --honour-eos           do not ask to ignore end-of-sequence\n"
@@ -332,6 +335,8 @@ int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, c
         c->subagents = false;
     } else if (!strcmp(f, "--no-join")) {
         c->honour_join = false;
+    } else if (!strcmp(f, "--join-subagents")) {
+        c->join_all = true;
     } else if (!strcmp(f, "--honour-eos")) {
         c->ignore_eos = false;
     } else if (!strcmp(f, "--chunk-times")) {
@@ -364,6 +369,7 @@ void *replay_config_json(const struct replay_config *c)
     json_object_set_new(o, "cache_isolation", json_boolean(c->cache_isolation));
     json_object_set_new(o, "subagents", json_boolean(c->subagents));
     json_object_set_new(o, "honour_join", json_boolean(c->honour_join));
+    json_object_set_new(o, "join_subagents", json_boolean(c->join_all));
     json_object_set_new(o, "think", json_string(c->think_end_to_start ? "end-to-start" : "start-to-start"));
     json_object_set_new(o, "measure", json_string(c->measure_all_types ? "all" : "normal"));
     json_object_set_new(o, "ignore_eos", json_boolean(c->ignore_eos));
@@ -622,7 +628,14 @@ static void runner_end(struct runner *rn)
     struct runner *p = rn->join_parent;
     free(rn);
     ln->runners--;
-    if (p) {
+    if (!p) {
+        if (!ln->runners)
+            lane_tree_done(ln);
+        return;
+    }
+    /* A waiting parent is a runner of the same lane, so the lane is not
+     * done here; if the parent ends now, its own runner_end says so. */
+    {
         p->pending_joins--;
         if (!p->pending_joins && p->waiting_join) {
             p->waiting_join = false;
@@ -638,8 +651,6 @@ static void runner_end(struct runner *rn)
             }
         }
     }
-    if (!ln->runners)
-        lane_tree_done(ln);
 }
 
 static void runner_try_end(struct runner *rn)
@@ -675,7 +686,7 @@ static void fork_children(struct runner *rn, uint32_t after, int64_t base_ns)
         int64_t at = base_ns + capped(rp, gap);
         if (at >= rp->cfg.duration_ns || rp->stopping)
             continue;
-        bool join = cs->join && rp->cfg.honour_join;
+        bool join = (cs->join && rp->cfg.honour_join) || rp->cfg.join_all;
         runner_spawn(rn->lane, ch, 0, UINT32_MAX, INT64_MIN, join ? rn : NULL, at);
     }
 }

@@ -68,6 +68,7 @@ struct replay_config {
     bool cache_isolation;       /* one cache key per tree instance */
     bool subagents;             /* replay subagents */
     bool honour_join;           /* parent waits where a trace says join */
+    bool join_all;              /* parent waits for every subagent */
     bool think_end_to_start;    /* false: recorded start-to-start gaps */
     bool measure_all_types;     /* false: only "n" calls are measured */
     bool ignore_eos;            /* max_tokens are produced exactly */

@@ -70,6 +70,13 @@ int main(void)
         CHECK(exists(dir, "run.json") && exists(dir, "requests.jsonl") && exists(dir, "timeline.csv") &&
                   exists(dir, "summary.md"),
               "run folder files");
+        /* Parents that wait for every subagent: the run ends (a parent
+         * resuming after its last subagent once ended its lane twice). */
+        snprintf(dir2, sizeof dir2, "%s/join", tmpdir);
+        rc = sh("timeout -s KILL 120 %s sim --trace %s --concurrency 8 --duration 1800 "
+                "--join-subagents --quiet -o %s >%s/out-join.txt 2>&1",
+                bin, cc, dir2, tmpdir);
+        CHECKF(rc == 0 && exists(dir2, "run.json"), "sim --join-subagents finishes (got %d)", rc);
         json_t *r = run_json(dir);
         CHECK(r != NULL, "run.json reads back");
         if (r) {
