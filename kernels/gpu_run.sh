@@ -3,7 +3,8 @@
 # build with the machine's own nvcc, check every kernel and both whole
 # layers against the C references, then benchmark at tp 8 and tp 16.
 # Everything lands in $OUT (default /tmp/k3out): gpu.txt, build.txt,
-# check.txt, results-tpT.md, h200-tpT.json (the calibration files).
+# check.txt, check16.txt, results-tpT.md, h200-tpT.json (the calibration
+# files).
 # Run from the repository root; about 3-5 minutes on one H200.
 OUT=${OUT:-/tmp/k3out}
 mkdir -p "$OUT"
@@ -22,7 +23,9 @@ rm -rf build/kernels/cuda build/kernels/agentreplay-kernels
 make -f kernels/cuda.mk NVCC="$NVCC" $EXTRA >"$OUT/build.txt" 2>&1 || { tail -20 "$OUT/build.txt"; exit 1; }
 B=build/kernels/agentreplay-kernels
 $B check --tp 8 --batches 1,8 >"$OUT/check.txt" 2>&1
-echo "check exit $?"; grep -E "FAIL|^ok|comparison" "$OUT/check.txt" | tail -12
+echo "check tp 8 exit $?"; grep -E "FAIL|^ok|comparison" "$OUT/check.txt" | tail -8
+$B check --tp 16 --batches 64 >"$OUT/check16.txt" 2>&1
+echo "check tp 16 exit $?"; grep -E "FAIL|^ok|comparison" "$OUT/check16.txt" | tail -8
 for tp in 8 16; do
     $B bench --tp "$tp" -o "$OUT/h200-tp$tp.json" --results "$OUT/results-tp$tp.md" 2>>"$OUT/bench.txt"
     echo "bench tp $tp exit $?"

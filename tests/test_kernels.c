@@ -204,7 +204,7 @@ static int has_nan_bf16(const k3_bf16 *p, size_t n)
 static double tolerance(enum k3_tid t)
 {
     switch (t) {
-    case K3_A_LOGITS: return 1e-5;
+    case K3_A_LOGITS: return 1e-4; /* the fused norm skips one BF16 rounding */
     case K3_A_WTS: return 1e-6;
     case K3_A_OLAT: return 1e-3;
     default: return 1e-4;
