@@ -188,36 +188,21 @@ static void lru_reserve(struct kvcache *kv, uint64_t n)
 #define ST_LRU ((uint64_t)KV_LRU << KV_FLAG_SHIFT)
 #define ST_GEN1 ((uint64_t)1 << KV_GEN_SHIFT)
 
-/* One block of a chain release; returns true when it went to the LRU
- * queue (the common case: last holder, hashed). */
-static inline __attribute__((always_inline)) void
-release_one(struct kvcache *kv, uint64_t *st, struct kv_lru_entry *q, uint64_t m,
-            uint64_t *tail, int64_t *freed, int64_t *ck, uint32_t *gen_out, uint32_t k,
-            uint32_t i)
+/* Releases blk[n-1] down to blk[0]. The common case (last holder of a
+ * hashed block: to the LRU queue, generation bumped) stays in registers;
+ * the rest goes through release_rare(). */
+static void release_rare(struct kvcache *kv, uint32_t i, uint64_t s, int64_t *freed)
 {
-    uint64_t s = st[i];
-    ASSERT(s & KV_REF_MASK);
-    s--;
-    if ((s & (KV_REF_MASK | ST_HASHED)) == ST_HASHED) {
-        /* Last holder of a hashed block: to the LRU queue, generation
-         * bumped (ref is 0, so the word is flags | gen). */
-        s = (s | ST_LRU) + ST_GEN1;
-        st[i] = s;
-        kv->next[i] = (uint32_t)*tail;
-        q[(*tail)++ & m] = (struct kv_lru_entry){i, (uint32_t)(s >> KV_GEN_SHIFT)};
-        *ck += (int64_t)((s & ST_CKPT) != 0);
-        (*freed)++;
-    } else if (s & KV_REF_MASK) {
-        st[i] = s;
-    } else {
-        ASSERT(!(s & ST_CKPT));
-        st[i] = s;
-        kv->free_units++;
-        empty_push(kv, i);
-        (*freed)++;
+    /* s: the word after the decrement. */
+    if (s & KV_REF_MASK) {
+        kv->st[i] = s;
+        return;
     }
-    if (gen_out)
-        gen_out[k] = kv_st_gen(st[i]);
+    ASSERT(!(s & ST_CKPT));
+    kv->st[i] = s;
+    kv->free_units++;
+    empty_push(kv, i);
+    (*freed)++;
 }
 
 static inline __attribute__((always_inline)) void
@@ -225,23 +210,41 @@ release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen
 {
     lru_reserve(kv, n);
     uint64_t *st = kv->st;
+    uint32_t *pos = kv->next;
     struct kv_lru_entry *q = kv->q;
-    uint64_t m = kv->q_cap - 1, tail0 = kv->q_head + kv->q_len, tail = tail0;
+    const uint64_t m = kv->q_cap - 1, tail0 = kv->q_head + kv->q_len;
+    uint64_t tail = tail0;
     int64_t freed = 0, ck = 0;
-    uint32_t k = n;
-    for (; k > KV_CHAIN_AHEAD;) {
-        k--;
-        __builtin_prefetch(&st[blk[k - KV_CHAIN_AHEAD]]);
-        __builtin_prefetch(&kv->next[blk[k - KV_CHAIN_AHEAD]], 1);
-        release_one(kv, st, q, m, &tail, &freed, &ck, gen_out, k, blk[k]);
+    for (uint32_t k = n; k-- > 0;) {
+        if (k >= KV_CHAIN_AHEAD) {
+            uint32_t a = blk[k - KV_CHAIN_AHEAD];
+            __builtin_prefetch(&st[a]);
+            __builtin_prefetch(&pos[a], 1);
+        }
+        uint32_t i = blk[k];
+        uint64_t s = st[i];
+        ASSERT(s & KV_REF_MASK);
+        s--;
+        if (__builtin_expect((s & (KV_REF_MASK | ST_HASHED)) == ST_HASHED, 1)) {
+            s = (s | ST_LRU) + ST_GEN1;
+            st[i] = s;
+            pos[i] = (uint32_t)tail;
+            q[tail & m].block = i;
+            q[tail & m].gen = (uint32_t)(s >> KV_GEN_SHIFT);
+            tail++;
+            ck += (int64_t)((s >> (KV_FLAG_SHIFT + 1)) & 1); /* KV_CKPT */
+        } else {
+            release_rare(kv, i, s, &freed);
+            pos = kv->next; /* empty_push writes it; the array does not move */
+        }
+        if (gen_out)
+            gen_out[k] = kv_st_gen(st[i]);
     }
-    while (k-- > 0)
-        release_one(kv, st, q, m, &tail, &freed, &ck, gen_out, k, blk[k]);
     int64_t pushed = (int64_t)(tail - tail0);
     kv->q_len += (uint64_t)pushed;
     kv->n_lru += pushed;
     kv->lru_units += pushed + ck * kv->ckpt_units;
-    kv->used_blocks -= freed;
+    kv->used_blocks -= freed + pushed;
 }
 
 void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out)
