@@ -17,6 +17,7 @@
  * them (Transfer-Encoding: chunked, so nothing is computed before the send
  * starts): a JSON head, the prompt from prompt_gen_read, a JSON tail.
  */
+#define _GNU_SOURCE /* memmem */
 #include "replay/http_target.h"
 
 #include <curl/curl.h>
@@ -59,6 +60,10 @@ struct hcall {
     struct loop_timer read_timer;
     char curl_err[CURL_ERROR_SIZE];
     char *body;               /* a short body, whole (see http_submit) */
+    /* The last content event Jansson parsed, as a template (see
+     * tpl_match): bytes [0, tpl_pre) and [tpl_suf, tpl_len) are the fixed
+     * parts around its content string. NULL: none. */
+    struct http_tpl tpl;
     /* HK_GET */
     http_get_cb get_cb;
     void *get_arg;
@@ -231,12 +236,134 @@ static void fail(struct hcall *h, const char *fmt, const char *detail)
     snprintf(h->fail_msg, sizeof h->fail_msg, fmt, detail);
 }
 
+/* ---- content-event templates ----
+ *
+ * A streamed answer is mostly content events that differ from each other
+ * only in the content string (OpenAI-compatible servers repeat the id,
+ * model, index and finish_reason in every chunk). Parsing each with Jansson
+ * cost about 35,000 instructions an event (most of the load generator's CPU
+ * per call); so once Jansson has parsed a content event that carries no
+ * usage and no error, that event is kept as a template: the bytes before
+ * and after the unique `:"CONTENT"` in it. A later event of the form
+ * prefix + S + suffix, where S is a non-empty JSON string body that needs
+ * no escapes (no quote, backslash or control character; valid UTF-8), is
+ * the same JSON document with one string value replaced by another: it
+ * parses, has the same keys and structure, carries no usage and no error,
+ * and its content is non-empty (S itself, or the template's own when the
+ * replaced value lies elsewhere). Anything else goes to Jansson. */
+
+/* 1 if s[0..n) is a JSON string body as is: no quote, backslash or control
+ * character, valid UTF-8 (no overlong forms, surrogates or code points
+ * above U+10FFFF), as Jansson's decoder requires. */
+static int plain_json_string(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            if (c < 0x20 || c == '"' || c == '\\')
+                return 0;
+            i++;
+            continue;
+        }
+        size_t k;
+        unsigned v;
+        if (c >= 0xc2 && c <= 0xdf) {
+            k = 1;
+            v = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            k = 2;
+            v = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            k = 3;
+            v = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (n - i <= k)
+            return 0;
+        for (size_t j = 1; j <= k; j++) {
+            unsigned d = s[i + j];
+            if ((d & 0xc0) != 0x80)
+                return 0;
+            v = (v << 6) | (d & 0x3f);
+        }
+        if ((k == 2 && v < 0x800) || (k == 3 && (v < 0x10000 || v > 0x10ffff)) ||
+            (v >= 0xd800 && v <= 0xdfff))
+            return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+int http_tpl_match(const struct http_tpl *t, const char *data, size_t n)
+{
+    if (!t->buf)
+        return 0;
+    size_t suf = t->len - t->suf;
+    if (n <= t->pre + suf)
+        return 0;
+    if (memcmp(data, t->buf, t->pre) || memcmp(data + n - suf, t->buf + t->suf, suf))
+        return 0;
+    return plain_json_string((const unsigned char *)data + t->pre, n - t->pre - suf);
+}
+
+void http_tpl_free(struct http_tpl *t)
+{
+    free(t->buf);
+    memset(t, 0, sizeof *t);
+}
+
+int http_tpl_learn(struct http_tpl *t, const char *data, size_t n, const char *content, size_t clen)
+{
+    http_tpl_free(t);
+    if (!clen || clen + 3 > n || !plain_json_string((const unsigned char *)content, clen))
+        return 0;
+    const char *found = NULL, *p = data, *end = data + n;
+    while (p + clen + 3 <= end) {
+        const char *q = memmem(p, (size_t)(end - p), content, clen);
+        if (!q)
+            break;
+        if (q - data >= 2 && q[-1] == '"' && q[-2] == ':' && q + clen < end && q[clen] == '"') {
+            if (found)
+                return 0; /* twice: ambiguous */
+            found = q;
+        }
+        p = q + 1;
+    }
+    if (!found)
+        return 0;
+    t->buf = xmalloc(n);
+    memcpy(t->buf, data, n);
+    t->pre = (size_t)(found - data);
+    t->suf = t->pre + clen;
+    t->len = n;
+    return 1;
+}
+
+/* A content chunk arrived now. */
+static void on_content(struct hcall *h)
+{
+    int64_t now = loop_now(h->t->base.loop);
+    if (h->chunks == 0)
+        h->c->cb->first_token(h->c, now);
+    deliver_held(h, 1);
+    h->held_t_ns = now;
+    h->chunks++;
+    h->t->counts.chunks++;
+}
+
 static int on_event(void *arg, const char *event, const char *data, size_t n)
 {
     struct hcall *h = arg;
     struct target_call *c = h->c;
     if (n == 6 && !memcmp(data, "[DONE]", 6)) {
         h->got_done = 1;
+        return 0;
+    }
+    if (http_tpl_match(&h->tpl, data, n)) {
+        h->t->counts.templated++;
+        on_content(h);
         return 0;
     }
     json_error_t je;
@@ -260,13 +387,9 @@ static int on_event(void *arg, const char *event, const char *data, size_t n)
                               ? json_object_get(json_object_get(ch, "delta"), "content")
                               : json_object_get(ch, "text");
         if (json_is_string(content) && json_string_length(content) > 0) {
-            int64_t now = loop_now(h->t->base.loop);
-            if (h->chunks == 0)
-                c->cb->first_token(c, now);
-            deliver_held(h, 1);
-            h->held_t_ns = now;
-            h->chunks++;
-            h->t->counts.chunks++;
+            on_content(h);
+            if (!json_object_get(j, "usage"))
+                http_tpl_learn(&h->tpl, data, n, json_string_value(content), json_string_length(content));
         }
     }
     json_t *usage = json_object_get(j, "usage");
@@ -393,6 +516,7 @@ static void easy_common(struct http_target *t, struct hcall *h)
 
 static void call_free(struct hcall *h)
 {
+    http_tpl_free(&h->tpl);
     free(h->body);
     sse_free(&h->sse);
     free(h->gbuf);

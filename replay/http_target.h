@@ -56,8 +56,26 @@ int64_t http_target_inflight(const struct target *t);
 struct http_target_counts {
     uint64_t submitted, held, ok, http_errors, transport_errors, timeouts, malformed, cancelled;
     uint64_t bytes_sent, bytes_received, chunks;
+    uint64_t templated; /* content events recognised by template, not parsed (http_target.c) */
 };
 void http_target_counts(const struct target *t, struct http_target_counts *out);
+
+/* Content-event templates (used per call in http_target.c; declared here
+ * for tests). A template is a content event Jansson parsed (non-empty
+ * content, no usage, no error) cut around the unique `:"CONTENT"` in it;
+ * an event that is the template with that string body replaced by another
+ * non-empty one needing no escapes is the same document with one string
+ * changed: a content chunk without usage or error, so it needs no parse. */
+struct http_tpl {
+    char *buf;                /* the template event, NULL if none */
+    size_t pre, suf, len;     /* content body at [pre, suf) of len bytes */
+};
+/* Learns from an event and its parsed content; 1 if a template was kept,
+ * 0 if none (content absent, escaped, or not found exactly once). */
+int http_tpl_learn(struct http_tpl *t, const char *ev, size_t n, const char *content, size_t clen);
+/* 1 if ev matches: a content chunk with no usage and no error. */
+int http_tpl_match(const struct http_tpl *t, const char *ev, size_t n);
+void http_tpl_free(struct http_tpl *t);
 
 /* Asks GET {url}/v1/models (blocking, before a run) for the first model's
  * id. 0, or -1 with err set. */

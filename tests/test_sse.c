@@ -1,7 +1,11 @@
 /* test_sse.c: the SSE parser against split, merged, malformed and oversized
- * input. */
+ * input; the live target's content-event templates (http_tpl_*) against
+ * Jansson on crafted and randomly mutated events. */
 #include "replay/sse.h"
 
+#include <jansson.h>
+
+#include "replay/http_target.h"
 #include "tests/testhelp.h"
 
 struct got {
@@ -38,8 +42,135 @@ static const char want[] =
     "first\nsecond\n|"
     "[DONE]|";
 
+/* What Jansson says of an event: 1 if it is an object whose
+ * choices[0].delta.content is a non-empty string and that has no usage and
+ * no error (what a template match claims), 0 otherwise. */
+static int jansson_says_chunk(const char *ev, size_t n)
+{
+    json_t *j = json_loadb(ev, n, 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return 0;
+    }
+    json_t *c = json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta"),
+                                "content");
+    int r = json_is_string(c) && json_string_length(c) > 0 && !json_object_get(j, "usage") &&
+            !json_object_get(j, "error");
+    json_decref(j);
+    return r;
+}
+
+static size_t mk(char *out, size_t cap, const char *id, const char *model, const char *content, const char *fin)
+{
+    int k = snprintf(out, cap,
+                     "{\"id\":\"%s\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"%s\","
+                     "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"},\"finish_reason\":%s}]}",
+                     id, model, content, fin);
+    return (size_t)k;
+}
+
+static void test_templates(void)
+{
+    char ev[1024];
+    struct http_tpl t = {0};
+    size_t n = mk(ev, sizeof ev, "chatcmpl-1", "fake", " place", "null");
+    CHECK(http_tpl_learn(&t, ev, n, " place", 6) == 1, "template learned from a content event");
+    CHECK(http_tpl_match(&t, ev, n) == 1, "the template matches itself");
+    static const struct {
+        const char *content, *id, *fin;
+        int want;
+    } cases[] = {
+        {" also", "chatcmpl-1", "null", 1},
+        {"x", "chatcmpl-1", "null", 1},
+        {" caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "chatcmpl-1", "null", 1}, /* valid UTF-8 */
+        {"", "chatcmpl-1", "null", 0},                                        /* empty content */
+        {" a\\\"b", "chatcmpl-1", "null", 0},                                 /* escapes: parsed */
+        {" a\\n", "chatcmpl-1", "null", 0},
+        {"\xc3", "chatcmpl-1", "null", 0},             /* truncated sequence */
+        {"\xc0\x80", "chatcmpl-1", "null", 0},         /* overlong */
+        {"\xed\xa0\x80", "chatcmpl-1", "null", 0},     /* surrogate */
+        {"\xf4\x90\x80\x80", "chatcmpl-1", "null", 0}, /* above U+10FFFF */
+        {"\x01", "chatcmpl-1", "null", 0},             /* control character */
+        {" also", "chatcmpl-2", "null", 0},            /* another call's id */
+        {" also", "chatcmpl-1", "\"length\"", 0},      /* a finish event */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t m = mk(ev, sizeof ev, cases[i].id, "fake", cases[i].content, cases[i].fin);
+        CHECKF(http_tpl_match(&t, ev, m) == cases[i].want, "case %zu: match %d", i, cases[i].want);
+        if (cases[i].want)
+            CHECKF(jansson_says_chunk(ev, m), "case %zu: Jansson agrees", i);
+    }
+    const char *usage = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,"
+                        "\"model\":\"fake\",\"choices\":[],\"usage\":{\"prompt_tokens\":2}}";
+    CHECK(!http_tpl_match(&t, usage, strlen(usage)), "a usage event does not match");
+    /* The content also as the model name: ambiguous, no template. */
+    n = mk(ev, sizeof ev, "chatcmpl-1", "fake", "fake", "null");
+    CHECK(http_tpl_learn(&t, ev, n, "fake", 4) == 0 && !t.buf, "ambiguous content: no template");
+    /* Content written with escapes: no template. */
+    n = mk(ev, sizeof ev, "chatcmpl-1", "fake", "a\\/b", "null");
+    CHECK(http_tpl_learn(&t, ev, n, "a/b", 3) == 0, "escaped content: no template");
+    /* Whitespace after the colon: the content is not found, no template. */
+    const char *sp = "{\"choices\": [{\"delta\": {\"content\": \" w\"}}]}";
+    CHECK(http_tpl_learn(&t, sp, strlen(sp), " w", 2) == 0, "spaced JSON: no template");
+
+    /* Random mutations of a templated event, anywhere in it: every event
+     * the template accepts is one Jansson parses as a content chunk without
+     * usage or error. */
+    n = mk(ev, sizeof ev, "chatcmpl-7", "m", " word", "null");
+    CHECK(http_tpl_learn(&t, ev, n, " word", 5) == 1, "template learned");
+    static const char alphabet[] = "ab \"\\{}[],:0\x01\x7f\x80\xc3\xa9\xe2\x82\xac\xed\xf0\xff";
+    uint64_t s = 12345;
+    int accepted = 0, bad = 0;
+    for (int it = 0; it < 20000; it++) {
+        char m[1100];
+        size_t len;
+        if (it % 2 == 0) {
+            /* a new content body */
+            char body[40];
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            size_t bl = (s >> 33) % 12;
+            for (size_t i = 0; i < bl; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                body[i] = alphabet[(s >> 33) % (sizeof alphabet - 1)];
+            }
+            memcpy(m, ev, t.pre);
+            memcpy(m + t.pre, body, bl);
+            memcpy(m + t.pre + bl, ev + t.suf, n - t.suf);
+            len = t.pre + bl + (n - t.suf);
+        } else {
+            /* one byte replaced, inserted or deleted anywhere */
+            memcpy(m, ev, n);
+            len = n;
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (s >> 33) % n;
+            char b = alphabet[(s >> 20) % (sizeof alphabet - 1)];
+            int op = (int)((s >> 10) % 3);
+            if (op == 0) {
+                m[at] = b;
+            } else if (op == 1) {
+                memmove(m + at + 1, m + at, n - at);
+                m[at] = b;
+                len++;
+            } else {
+                memmove(m + at, m + at + 1, n - at - 1);
+                len--;
+            }
+        }
+        if (http_tpl_match(&t, m, len)) {
+            accepted++;
+            if (!jansson_says_chunk(m, len))
+                bad++;
+        }
+    }
+    CHECKF(accepted > 1000, "mutations accepted: %d", accepted);
+    CHECKF(bad == 0, "accepted mutations Jansson rejects: %d", bad);
+    http_tpl_free(&t);
+    CHECK(!t.buf && !http_tpl_match(&t, ev, n), "freed template matches nothing");
+}
+
 int main(void)
 {
+    test_templates();
     struct sse p;
     struct got g;
     size_t n = strlen(openai);
