@@ -8,7 +8,8 @@
  * traces/samples/agentic-synth.jsonl, else the public agentic-cc traces.
  *
  * Prints simulated seconds per wall second, engine steps, wall time per
- * step and peak RSS for Kimi K3 / 16 x GB300 / TP16 at 64 live sessions,
+ * step and peak RSS for Kimi K3 / 16 x GB300 / TP16 at 64 live sessions
+ * (the median of five runs),
  * then how that changes from 1 to 1,024 live sessions and from 16 to
  * 1,024 GPUs (64 live sessions in all, then 64 per replica). Speed is
  * simulated time over this process's CPU time (one core, whatever else
@@ -247,10 +248,28 @@ int main(int argc, char **argv)
     printf("%-26s %10s %10s %7s %7s %9s %7s %7s %7s %6s\n", "setup", "speed(cpu)",
            "speed(wall)", "sim s", "cpu s", "steps", "us/step", "closed", "calls", "hit");
     struct result r;
-    if (run(t, 16, 16, 64, sim, &r) == 0)
-        row("16 GPUs, 64 sessions", &r);
+    /* The headline: the median of HEADLINE_RUNS runs by CPU speed (the
+     * first run of a process also pays for growing its memory). */
+    enum { HEADLINE_RUNS = 5 };
+    struct result hr[HEADLINE_RUNS];
+    int n_hr = 0;
+    for (int i = 0; i < HEADLINE_RUNS; i++)
+        if (run(t, 16, 16, 64, sim, &hr[n_hr]) == 0)
+            n_hr++;
+    for (int i = 1; i < n_hr; i++) /* insertion sort by speed */
+        for (int j = i; j > 0 && hr[j].speed < hr[j - 1].speed; j--) {
+            struct result x = hr[j];
+            hr[j] = hr[j - 1];
+            hr[j - 1] = x;
+        }
+    if (n_hr) {
+        printf("%-26s", "16 GPUs, 64 sessions");
+        printf("  (median of %d runs; slowest %.0fx, fastest %.0fx)\n", n_hr, hr[0].speed,
+               hr[n_hr - 1].speed);
+        row("  median", &hr[n_hr / 2]);
+    }
     long rss = peak_rss_kb();
-    printf("peak RSS after the headline row: %.1f MB\n\n", rss / 1024.0);
+    printf("peak RSS after the headline runs: %.1f MB\n\n", rss / 1024.0);
     static const int sess[] = {1, 4, 16, 64, 256, 1024};
     for (size_t i = 0; i < ARRAY_LEN(sess); i++) {
         char label[64];
