@@ -1124,7 +1124,7 @@ static int compare_sweeps(const char *a, const char *b, bool per_gpu)
                 if (A[i].total > 0)
                     snprintf(r, sizeof r, "%.3f", y / A[i].total);
             }
-            char la[64], lb[64];
+            char la[160], lb[160];
             snprintf(la, sizeof la, "%s (%d GPUs)", A[i].label, A[i].gpus);
             snprintf(lb, sizeof lb, "%s (%d GPUs)", B[j].label, B[j].gpus);
             printf("%-40s %-40s %5d %10.1f %12.0f %12s %7s\n", la, lb, A[i].conc, A[i].inter90, A[i].total,
