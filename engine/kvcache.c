@@ -287,6 +287,29 @@ void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
     kv->used_blocks += taken;
 }
 
+void kv_untake_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
+{
+    uint64_t m = kv->q_cap - 1;
+    for (uint32_t k = n; k-- > 0;) {
+        uint32_t i = blk[k];
+        uint64_t s = kv->st[i];
+        ASSERT(s & KV_REF_MASK);
+        if ((s & KV_REF_MASK) == 1) {
+            /* It was free and cached: back on the queue where it was (its
+             * generation and entry are unchanged). */
+            ASSERT(kv->q[kv->next[i] & m].block == KV_NONE);
+            kv->q[kv->next[i] & m].block = i;
+            s = (s - 1) | ST_LRU;
+            kv->lru_units += 1 + ((s & ST_CKPT) ? kv->ckpt_units : 0);
+            kv->n_lru++;
+            kv->used_blocks--;
+        } else {
+            s--;
+        }
+        kv->st[i] = s;
+    }
+}
+
 static void lru_push(struct kvcache *kv, uint32_t i)
 {
     if (kv->q_len == kv->q_cap) {

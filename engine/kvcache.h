@@ -27,6 +27,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "traces/util.h"
+
 #define KV_NONE UINT32_MAX
 
 enum {
@@ -148,6 +150,29 @@ void kv_release(struct kvcache *kv, uint32_t i);
 void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out);
 /* Acquires blk[0 .. n). */
 void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n);
+/* Takes one more reference on block i, as kv_acquire() does, and returns
+ * the units it stopped being evictable for (kv_block_lru_units before). */
+static inline int64_t kv_take(struct kvcache *kv, uint32_t i)
+{
+    uint64_t s = kv->st[i];
+    int64_t u = 0;
+    if (!(s & KV_REF_MASK)) {
+        ASSERT(kv_st_flags(s) & KV_LRU);
+        kv->q[kv->next[i] & (kv->q_cap - 1)].block = KV_NONE; /* entry dies */
+        u = 1 + ((kv_st_flags(s) & KV_CKPT) ? kv->ckpt_units : 0);
+        kv->lru_units -= u;
+        kv->n_lru--;
+        kv->used_blocks++;
+        s &= ~((uint64_t)KV_LRU << KV_FLAG_SHIFT);
+    }
+    ASSERT((s & KV_REF_MASK) != KV_REF_MASK);
+    kv->st[i] = s + 1;
+    return u;
+}
+/* Undoes kv_take() of blk[0 .. n) exactly (walking back from blk[n-1]),
+ * provided nothing was released, evicted or compacted in between: blocks
+ * taken from the LRU queue go back to their own entries. */
+void kv_untake_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n);
 /* Registers a full block's content hash. If another block already holds
  * that content, the table keeps the older one and this block stays
  * unhashed. */

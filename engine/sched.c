@@ -497,9 +497,10 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
 {
     *m_out = *j_out = 0;
     *pinned_out = 0;
-    /* pinned: units the matched blocks would stop being evictable for
-     * (kv_block_lru_units summed over blk[0 .. m)), taken while each
-     * block's word is at hand. */
+    /* The matched blocks blk[0 .. m) are taken (kv_take) as they are
+     * found, while each block's word is at hand; pinned is the units they
+     * stopped being evictable for. The caller keeps them, or gives them
+     * back with kv_untake_chain() when the request cannot be admitted. */
     int64_t pinned = 0;
     if (!s->p.prefix_caching)
         return;
@@ -538,7 +539,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     if (q->hit_epoch == s->kv.evictions + 1) {
         m = q->hit_m;
         for (uint32_t k = 0; k < m; k++)
-            pinned += kv_block_lru_units(&s->kv, q->blk[k]);
+            pinned += kv_take(&s->kv, q->blk[k]);
     } else if (h) {
         /* The session's previous request: same hashes, blocks that still
          * hold them. */
@@ -555,8 +556,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
                 uint64_t st = s->kv.st[b];
                 if (!(kv_st_flags(st) & KV_HASHED) || kv_st_gen(st) != h->gen[m])
                     break;
-                if (kv_st_flags(st) & KV_LRU)
-                    pinned += 1 + ((kv_st_flags(st) & KV_CKPT) ? s->kv.ckpt_units : 0);
+                pinned += kv_take(&s->kv, b);
                 q->blk[m++] = b;
             }
             s->hint_hits += m;
@@ -572,8 +572,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
         uint32_t b = kv_lookup(&s->kv, q->hash[m]);
         if (b == KV_NONE)
             break;
-        pinned += kv_block_lru_units(&s->kv, b);
-        q->blk[m++] = b;  /* scratch until acquired */
+        pinned += kv_take(&s->kv, b);
+        q->blk[m++] = b;
     }
     *pinned_out = pinned;
     q->hit_m = m;
@@ -643,11 +643,13 @@ static bool schedule(struct sched *s, int64_t now)
                 num_new = budget;
             int64_t want = cdiv(start + num_new, bs);
             int64_t need = want > m ? want - m : 0;
-            if (need > kv_available(&s->kv))
+            /* The matched blocks are taken: what is available now is what
+             * was available less their evictable units (pinned). */
+            (void)pinned;
+            if (need > kv_available(&s->kv)) {
+                kv_untake_chain(&s->kv, q->blk, m);
                 break;
-            if (need > kv_available(&s->kv) - pinned)
-                break;
-            kv_acquire_chain(&s->kv, q->blk, m);
+            }
             q->n_blk = m;
             q->n_committed = j; /* hybrid: recomputed blocks may still get checkpoints */
             q->num_computed = start;
