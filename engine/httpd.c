@@ -765,6 +765,22 @@ void httpd_stream_write(struct httpd_conn *c, const char *data, size_t len)
     out_writev(c, iov, 3);
 }
 
+void httpd_stream_end_with(struct httpd_conn *c, const char *data, size_t len)
+{
+    if (c->closed || !c->streaming)
+        return;
+    if (!len) {
+        httpd_stream_end(c);
+        return;
+    }
+    char hdr[24];
+    int n = snprintf(hdr, sizeof hdr, "%zx\r\n", len);
+    struct iovec iov[3] = {{hdr, (size_t)n}, {(void *)data, len}, {"\r\n0\r\n\r\n", 7}};
+    out_writev(c, iov, 3);
+    if (!c->closed)
+        finish(c);
+}
+
 void httpd_stream_end(struct httpd_conn *c)
 {
     if (c->closed || !c->streaming)

@@ -83,6 +83,9 @@ void httpd_respond(struct httpd_conn *c, int status, const char *content_type,
 void httpd_stream_begin(struct httpd_conn *c, int status, const char *content_type);
 void httpd_stream_write(struct httpd_conn *c, const char *data, size_t len);
 void httpd_stream_end(struct httpd_conn *c);
+/* The last chunk and the end in one write (one packet for a stream's
+ * closing events instead of one each). */
+void httpd_stream_end_with(struct httpd_conn *c, const char *data, size_t len);
 /* Closes the connection at once (fault injection); on_close runs. */
 void httpd_conn_abort(struct httpd_conn *c);
 /* Called when the connection closes while its request is unanswered. */

@@ -270,9 +270,29 @@ static void write_event(struct sreq *q, const char *json, size_t n)
         free(b);
 }
 
+/* "data: JSON\n\n" at dst; returns its length (dst holds n + 8 bytes). */
+static size_t event_into(char *dst, const char *json, size_t n)
+{
+    memcpy(dst, "data: ", 6);
+    memcpy(dst + 6, json, n);
+    memcpy(dst + 6 + n, "\n\n", 2);
+    return n + 8;
+}
+
+/* A delta event's JSON in buf (cap bytes); returns its length, or 0 when it
+ * does not fit. */
+static size_t delta_json(struct sreq *q, const char *content, const char *finish, char *buf, size_t cap);
+
 static void stream_delta(struct sreq *q, const char *content, const char *finish)
 {
     char buf[1024];
+    size_t n = delta_json(q, content, finish, buf, sizeof buf);
+    if (n)
+        write_event(q, buf, n);
+}
+
+static size_t delta_json(struct sreq *q, const char *content, const char *finish, char *buf, size_t cap)
+{
     int n;
     char fin[32];
     if (finish)
@@ -280,20 +300,19 @@ static void stream_delta(struct sreq *q, const char *content, const char *finish
     else
         strcpy(fin, "null");
     if (q->chat)
-        n = snprintf(buf, sizeof buf,
+        n = snprintf(buf, cap,
                      "{\"id\":\"%s\",\"object\":\"chat.completion.chunk\",\"created\":%ld,"
                      "\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"%s\"},"
                      "\"finish_reason\":%s}]}",
                      q->id, q->created, q->s->model, q->emitted == 0 ? "\"role\":\"assistant\"," : "",
                      content, fin);
     else
-        n = snprintf(buf, sizeof buf,
+        n = snprintf(buf, cap,
                      "{\"id\":\"%s\",\"object\":\"text_completion\",\"created\":%ld,"
                      "\"model\":\"%s\",\"choices\":[{\"index\":0,\"text\":\"%s\","
                      "\"finish_reason\":%s}]}",
                      q->id, q->created, q->s->model, content, fin);
-    if (n > 0 && (size_t)n < sizeof buf)
-        write_event(q, buf, (size_t)n);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
 static json_t *usage_json(struct sreq *q)
@@ -385,17 +404,31 @@ static void on_done(struct target_call *c, int64_t t, enum target_status st)
     if (hc) {
         if (q->stream) {
             if (st == TARGET_OK) {
-                stream_delta(q, "", "length");
+                /* The finish event, usage, [DONE] and the stream's end go
+                 * out in one write. */
+                char dj[1024];
+                size_t dn = delta_json(q, "", "length", dj, sizeof dj);
+                char *b = NULL;
                 if (q->include_usage) {
                     json_t *j = json_pack("{s:s,s:s,s:i,s:s,s:[],s:o}", "id", q->id, "object",
                                           q->chat ? "chat.completion.chunk" : "text_completion",
                                           "created", (int)q->created, "model", s->model, "choices",
                                           "usage", usage_json(q));
-                    char *b = json_dumps(j, JSON_COMPACT);
-                    write_event(q, b, strlen(b));
-                    free(b);
+                    b = json_dumps(j, JSON_COMPACT);
                     json_decref(j);
                 }
+                size_t bn = b ? strlen(b) : 0, k = 0;
+                char *tail = xmalloc(dn + bn + 6 + 3 * 8);
+                if (dn)
+                    k += event_into(tail + k, dj, dn);
+                if (b)
+                    k += event_into(tail + k, b, bn);
+                k += event_into(tail + k, "[DONE]", 6);
+                free(b);
+                httpd_stream_end_with(hc, tail, k);
+                free(tail);
+                sreq_free(q);
+                return;
             } else {
                 json_t *j = json_pack("{s:{s:s,s:s}}", "error", "message",
                                       c->error[0] ? c->error : target_status_name(st), "type",
