@@ -479,29 +479,10 @@ static void unlink_call(struct http_target *t, struct hcall *h)
         h->next->prev = h->prev;
 }
 
-static CURL *easy_get(struct http_target *t)
+/* Options every handle gets once, when created. */
+static void easy_setup(struct http_target *t, CURL *e, int call)
 {
-    CURL *e = t->pool_n ? t->pool[--t->pool_n] : curl_easy_init();
-    return e;
-}
-
-static void easy_put(struct http_target *t, CURL *e)
-{
-    curl_easy_reset(e);
-    if (t->pool_n == t->pool_cap) {
-        t->pool_cap = t->pool_cap ? t->pool_cap * 2 : 64;
-        t->pool = xrealloc(t->pool, t->pool_cap * sizeof *t->pool);
-    }
-    t->pool[t->pool_n++] = e;
-}
-
-static void easy_common(struct http_target *t, struct hcall *h)
-{
-    CURL *e = h->easy;
-    curl_easy_setopt(e, CURLOPT_PRIVATE, h);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_fn);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, h->curl_err);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t->cfg.connect_timeout_ns / NS_PER_MS));
@@ -509,6 +490,50 @@ static void easy_common(struct http_target *t, struct hcall *h)
     curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 16384L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+    if (call) {
+        curl_easy_setopt(e, CURLOPT_URL, t->url_call);
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, read_fn);
+        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, seek_fn);
+    }
+}
+
+/* Call handles are pooled with their options set (curl keeps options
+ * across transfers; a reset and a dozen setopts per call cost more than
+ * the few that change). GET handles (scrapes, a few a second at most) are
+ * made and freed each time. */
+static CURL *easy_get(struct http_target *t, int call)
+{
+    if (call && t->pool_n)
+        return t->pool[--t->pool_n];
+    CURL *e = curl_easy_init();
+    if (e)
+        easy_setup(t, e, call);
+    return e;
+}
+
+static void easy_put(struct http_target *t, CURL *e, int call)
+{
+    if (!call) {
+        curl_easy_cleanup(e);
+        return;
+    }
+    if (t->pool_n == t->pool_cap) {
+        t->pool_cap = t->pool_cap ? t->pool_cap * 2 : 64;
+        t->pool = xrealloc(t->pool, t->pool_cap * sizeof *t->pool);
+    }
+    t->pool[t->pool_n++] = e;
+}
+
+/* Per-transfer options and the read timeout. */
+static void easy_common(struct http_target *t, struct hcall *h)
+{
+    CURL *e = h->easy;
+    curl_easy_setopt(e, CURLOPT_PRIVATE, h);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, h->curl_err);
+    curl_easy_setopt(e, CURLOPT_READDATA, h);
+    curl_easy_setopt(e, CURLOPT_SEEKDATA, h);
     h->curl_err[0] = 0;
     h->last_byte_ns = loop_now(t->base.loop);
     loop_at(t->base.loop, &h->read_timer, h->last_byte_ns + t->cfg.read_timeout_ns, read_timeout_cb, h);
@@ -534,7 +559,7 @@ static void finish(struct http_target *t, struct hcall *h, enum target_status st
     }
     if (h->easy) {
         curl_multi_remove_handle(t->multi, h->easy);
-        easy_put(t, h->easy);
+        easy_put(t, h->easy, h->kind == HK_CALL);
         h->easy = NULL;
         if (h->kind == HK_CALL)
             t->running--;
@@ -678,15 +703,13 @@ static int http_submit(struct target *tg, struct target_call *c, char *err)
         t->counts.held++;
         return 0;
     }
-    h->easy = easy_get(t);
+    h->easy = easy_get(t, 1);
     if (!h->easy) {
         free(h);
         c->priv = NULL;
         return err_set(err, "curl: cannot create a handle");
     }
     easy_common(t, h);
-    curl_easy_setopt(h->easy, CURLOPT_URL, t->url_call);
-    curl_easy_setopt(h->easy, CURLOPT_POST, 1L);
     if (c->prompt_tokens * 10 + (int64_t)(h->head_len + h->tail_len) <= SHORT_BODY) {
         /* A short body goes whole, in the same packet as the headers, and
          * spares curl's 16 KiB upload buffer; it is freed as soon as the
@@ -703,10 +726,8 @@ static int http_submit(struct target *tg, struct target_call *c, char *err)
         curl_easy_setopt(h->easy, CURLOPT_POSTFIELDS, h->body);
         t->counts.bytes_sent += k;
     } else {
-        curl_easy_setopt(h->easy, CURLOPT_READFUNCTION, read_fn);
-        curl_easy_setopt(h->easy, CURLOPT_READDATA, h);
-        curl_easy_setopt(h->easy, CURLOPT_SEEKFUNCTION, seek_fn);
-        curl_easy_setopt(h->easy, CURLOPT_SEEKDATA, h);
+        curl_easy_setopt(h->easy, CURLOPT_POSTFIELDS, NULL);
+        curl_easy_setopt(h->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)-1);
         /* No length: curl sends the body chunked as read_fn produces it,
          * so a long prompt costs nothing before the send starts and is
          * never held whole. */
@@ -738,7 +759,7 @@ int http_target_get(struct target *tg, const char *url, http_get_cb cb, void *ar
     h->get_cb = cb;
     h->get_arg = arg;
     h->held_t_ns = -1;
-    h->easy = easy_get(t);
+    h->easy = easy_get(t, 0);
     if (!h->easy) {
         free(h);
         return -1;

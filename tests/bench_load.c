@@ -8,7 +8,13 @@
  *      once: peak resident memory of the load generator (target < 300 MB);
  *   3. the agentic sample trace (long prompts), 64 sessions.
  * Each row also gives CPU seconds (user + system) of the load generator
- * per million streamed tokens. Prints a table. BENCH_QUICK=1 shortens it. */
+ * per million streamed tokens and CPU microseconds per call (from
+ * getrusage of the load process, start-up and result writing included),
+ * and the server's CPU seconds, and the 1-minute load average when the row
+ * ended (the machine may be shared: wall-clock figures depend on it, CPU
+ * per call much less). Prints a table. BENCH_QUICK=1 shortens it;
+ * BENCH_TPOT_MS sets the server's time per output token in the open-loop
+ * rows (default 1: every token its own packet). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <jansson.h>
@@ -102,7 +108,28 @@ static void write_trace(const char *path, int n, int in, int out)
 struct row {
     char what[64];
     double calls_s, lag_p50, lag_p99, lag_max, rss_mb, cpu_s, tokens, errors, records;
+    double srv_cpu_s, loadavg;
 };
+
+static pid_t g_srv;
+
+/* CPU seconds (user + system) a running process has used so far. */
+static double proc_cpu_s(pid_t pid)
+{
+    char p[64], buf[1024];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *q = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!q || sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
 
 static int run_load(int port, const char *trace, char *const *extra, struct row *r, int limit_s)
 {
@@ -127,6 +154,7 @@ static int run_load(int port, const char *trace, char *const *extra, struct row 
     for (int i = 0; extra[i]; i++)
         argv[k++] = extra[i];
     argv[k] = NULL;
+    double srv0 = proc_cpu_s(g_srv);
     pid_t pid = spawn(argv, log, 0);
     int st = 0;
     struct rusage ru;
@@ -147,6 +175,10 @@ static int run_load(int port, const char *trace, char *const *extra, struct row 
     r->cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
                ru.ru_stime.tv_usec / 1e6;
     r->rss_mb = (double)ru.ru_maxrss / 1024.0;
+    r->srv_cpu_s = proc_cpu_s(g_srv) - srv0;
+    double la[1] = {0};
+    if (getloadavg(la, 1) == 1)
+        r->loadavg = la[0];
     char p[500];
     snprintf(p, sizeof p, "%s/run.json", out);
     json_error_t je;
@@ -172,9 +204,10 @@ static int run_load(int port, const char *trace, char *const *extra, struct row 
 
 static void print_row(const struct row *r)
 {
-    printf("%-26s %9.0f %9.3f %9.3f %9.3f %8.1f %7.2f %10.2f %7.0f\n", r->what, r->calls_s, r->lag_p50,
-           r->lag_p99, r->lag_max, r->rss_mb, r->cpu_s, r->tokens > 0 ? r->cpu_s / r->tokens * 1e6 : 0,
-           r->errors);
+    printf("%-26s %9.0f %9.3f %9.3f %9.3f %8.1f %7.2f %10.2f %8.0f %7.2f %7.0f %5.2f\n", r->what, r->calls_s,
+           r->lag_p50, r->lag_p99, r->lag_max, r->rss_mb, r->cpu_s,
+           r->tokens > 0 ? r->cpu_s / r->tokens * 1e6 : 0, r->records > 0 ? r->cpu_s / r->records * 1e6 : 0,
+           r->srv_cpu_s, r->errors, r->loadavg);
     fflush(stdout);
 }
 
@@ -196,15 +229,17 @@ int main(void)
            sysconf(_SC_NPROCESSORS_ONLN), (unsigned long long)rl.rlim_cur);
     printf("calls/s: calls sent per second of the schedule (open loop: compare with the offered\n"
            "rate; arrivals the generator could not keep up with are missing, not late).\n");
-    printf("%-26s %9s %9s %9s %9s %8s %7s %10s %7s\n", "run", "calls/s", "lagP50ms", "lagP99ms", "lagMaxms",
-           "RSS MB", "CPU s", "CPUs/Mtok", "errors");
+    printf("%-26s %9s %9s %9s %9s %8s %7s %10s %8s %7s %7s %5s\n", "run", "calls/s", "lagP50ms", "lagP99ms",
+           "lagMaxms", "RSS MB", "CPU s", "CPUs/Mtok", "us/call", "srvCPU", "errors", "load");
 
     /* 1. open loop, 128 / 16 */
     char t1[400];
     snprintf(t1, sizeof t1, "%s/short.jsonl", dir);
     write_trace(t1, 2000, 128, 16);
     pid_t srv;
-    int port = start_server("1", &srv);
+    const char *tpot = getenv("BENCH_TPOT_MS") ? getenv("BENCH_TPOT_MS") : "1";
+    int port = start_server(tpot, &srv);
+    g_srv = srv;
     CHECK(port > 0, "server up");
     const char *rates[] = {"1000", "2500", "5000", "7500"};
     double best_ok_rate = 0;
@@ -234,6 +269,7 @@ int main(void)
     snprintf(t2, sizeof t2, "%s/long.jsonl", dir);
     write_trace(t2, 20000, 1024, 100);
     port = start_server("100", &srv); /* 100 tokens x 100 ms: 10 s per call */
+    g_srv = srv;
     if (port > 0) {
         struct row r;
         memset(&r, 0, sizeof r);
@@ -254,6 +290,7 @@ int main(void)
     const char *sample = "traces/samples/agentic-synth.jsonl";
     if (access(sample, R_OK) == 0) {
         port = start_server("2", &srv);
+        g_srv = srv;
         if (port > 0) {
             struct row r;
             memset(&r, 0, sizeof r);
