@@ -516,6 +516,11 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
          * hashes. */
         uint32_t n = q->r->n_blocks < h->hint_n_ids ? q->r->n_blocks : h->hint_n_ids, c = 0;
         const uint64_t *a = q->r->blocks, *b = h->hint_ids;
+        /* Equal runs are long (a session's calls share their history):
+         * compare 64 ids at a time with memcmp, then find the first
+         * difference id by id. */
+        while (c + 64 <= n && memcmp(a + c, b + c, 64 * sizeof *a) == 0)
+            c += 64;
         while (c < n && a[c] == b[c])
             c++;
         int64_t e = (int64_t)c * q->chain_ratio;
@@ -549,16 +554,39 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
                 lim = (uint32_t)cap;
             if (lim > q->n_hash)
                 lim = q->n_hash;
+            /* kv_take() block by block, with the pool's counters kept in
+             * registers (stores to the block words could alias them) and
+             * applied once after the walk. */
+            struct kvcache *kv = &s->kv;
+            uint64_t *stw = kv->st;
+            const uint32_t *qpos = kv->next;
+            struct kv_lru_entry *lq = kv->q;
+            const uint64_t qm = kv->q_cap - 1;
+            const uint64_t lru_bit = (uint64_t)KV_LRU << KV_FLAG_SHIFT;
+            int64_t taken = 0, ck = 0;
             while (m < lim && (m < copied || h->hash[m] == q->hash[m])) {
                 uint32_t b = h->blk[m];
                 if (m + HINT_AHEAD < lim)
-                    __builtin_prefetch(&s->kv.st[h->blk[m + HINT_AHEAD]]);
-                uint64_t st = s->kv.st[b];
+                    __builtin_prefetch(&stw[h->blk[m + HINT_AHEAD]]);
+                uint64_t st = stw[b];
                 if (!(kv_st_flags(st) & KV_HASHED) || kv_st_gen(st) != h->gen[m])
                     break;
-                pinned += kv_take(&s->kv, b);
+                if (!(st & KV_REF_MASK)) {
+                    ASSERT(st & lru_bit);
+                    lq[qpos[b] & qm].block = KV_NONE; /* its queue entry dies */
+                    taken++;
+                    ck += (kv_st_flags(st) & KV_CKPT) != 0;
+                    st &= ~lru_bit;
+                }
+                ASSERT((st & KV_REF_MASK) != KV_REF_MASK);
+                stw[b] = st + 1;
                 q->blk[m++] = b;
             }
+            int64_t u = taken + ck * kv->ckpt_units;
+            kv->lru_units -= u;
+            kv->n_lru -= taken;
+            kv->used_blocks += taken;
+            pinned += u;
             s->hint_hits += m;
         }
     }
