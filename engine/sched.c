@@ -564,24 +564,46 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
             const uint64_t qm = kv->q_cap - 1;
             const uint64_t lru_bit = (uint64_t)KV_LRU << KV_FLAG_SHIFT;
             int64_t taken = 0, ck = 0;
-            while (m < lim && (m < copied || h->hash[m] == q->hash[m])) {
-                uint32_t b = h->blk[m];
-                if (m + HINT_AHEAD < lim)
-                    __builtin_prefetch(&stw[h->blk[m + HINT_AHEAD]]);
-                uint64_t st = stw[b];
-                if (!(kv_st_flags(st) & KV_HASHED) || kv_st_gen(st) != h->gen[m])
+#define HINT_TAKE(m)                                                            \
+    ({                                                                          \
+        uint32_t b_ = h->blk[m];                                                \
+        uint64_t st_ = stw[b_];                                                 \
+        bool ok_ = (kv_st_flags(st_) & KV_HASHED) && kv_st_gen(st_) == h->gen[m]; \
+        if (ok_) {                                                              \
+            if (!(st_ & KV_REF_MASK)) {                                         \
+                ASSERT(st_ & lru_bit);                                          \
+                lq[qpos[b_] & qm].block = KV_NONE; /* its queue entry dies */   \
+                taken++;                                                        \
+                ck += (kv_st_flags(st_) & KV_CKPT) != 0;                        \
+                st_ &= ~lru_bit;                                                \
+            }                                                                   \
+            ASSERT((st_ & KV_REF_MASK) != KV_REF_MASK);                         \
+            stw[b_] = st_ + 1;                                                  \
+            q->blk[m] = b_;                                                     \
+        }                                                                       \
+        ok_;                                                                    \
+    })
+            /* First the blocks whose hashes were copied (equal by
+             * construction) while the prefetch stays inside the chain,
+             * then the rest, comparing hashes. */
+            uint32_t fast = lim < copied ? lim : copied;
+            fast = fast > HINT_AHEAD ? fast - HINT_AHEAD : 0;
+            while (m < fast) {
+                __builtin_prefetch(&stw[h->blk[m + HINT_AHEAD]]);
+                if (!HINT_TAKE(m))
                     break;
-                if (!(st & KV_REF_MASK)) {
-                    ASSERT(st & lru_bit);
-                    lq[qpos[b] & qm].block = KV_NONE; /* its queue entry dies */
-                    taken++;
-                    ck += (kv_st_flags(st) & KV_CKPT) != 0;
-                    st &= ~lru_bit;
-                }
-                ASSERT((st & KV_REF_MASK) != KV_REF_MASK);
-                stw[b] = st + 1;
-                q->blk[m++] = b;
+                m++;
             }
+            if (m == fast) {
+                while (m < lim && (m < copied || h->hash[m] == q->hash[m])) {
+                    if (m + HINT_AHEAD < lim)
+                        __builtin_prefetch(&stw[h->blk[m + HINT_AHEAD]]);
+                    if (!HINT_TAKE(m))
+                        break;
+                    m++;
+                }
+            }
+#undef HINT_TAKE
             int64_t u = taken + ck * kv->ckpt_units;
             kv->lru_units -= u;
             kv->n_lru -= taken;
