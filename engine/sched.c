@@ -399,13 +399,21 @@ static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
     q->hint_key = key;
     /* Its trace ids: where the next call's chain agrees, its hashes are
      * copied instead of recomputed. */
+    uint32_t k = hint_slot(key);
+    q->hint_serial = ++s->hint_serials;
     if (q->r && q->r->n_blocks && q->chain_ratio) {
-        q->hint_n_ids = q->r->n_blocks;
-        q->hint_ids = xmalloc((size_t)q->hint_n_ids * sizeof *q->hint_ids);
-        memcpy(q->hint_ids, q->r->blocks, (size_t)q->hint_n_ids * sizeof *q->hint_ids);
+        /* A buffer it holds already is the one of the hint its ids were
+         * compared with (taken over at admission): only the ids after the
+         * equal run are copied. */
+        uint32_t n = q->r->n_blocks, same = q->hint_ids ? q->src_same : 0;
+        if (q->hint_cap_ids < n) {
+            q->hint_cap_ids = n + n / 4;
+            q->hint_ids = xrealloc(q->hint_ids, (size_t)q->hint_cap_ids * sizeof *q->hint_ids);
+        }
+        q->hint_n_ids = n;
+        memcpy(q->hint_ids + same, q->r->blocks + same, (size_t)(n - same) * sizeof *q->hint_ids);
         q->bytes += (int64_t)q->hint_n_ids * 8;
     }
-    uint32_t k = hint_slot(key);
     if (s->hint[k])
         hint_drop(s, s->hint[k]);
     s->hint[k] = q;
@@ -523,6 +531,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
             c += 64;
         while (c < n && a[c] == b[c])
             c++;
+        q->src_serial = h->hint_serial;
+        q->src_same = c;
         int64_t e = (int64_t)c * q->chain_ratio;
         if (e > q->n_chain)
             e = q->n_chain;
@@ -716,8 +726,16 @@ static bool schedule(struct sched *s, int64_t now)
             if (s->hint) {
                 /* This call supersedes its session's hint. */
                 struct sreq *h = s->hint[hint_slot(q->r->session_key)];
-                if (h && h->hint_key == q->r->session_key)
+                if (h && h->hint_key == q->r->session_key) {
+                    if (h->hint_ids && !q->hint_ids && q->src_serial == h->hint_serial) {
+                        /* Its ids [0, src_same) are in the hint's buffer. */
+                        q->hint_ids = h->hint_ids;
+                        q->hint_cap_ids = h->hint_cap_ids;
+                        h->hint_ids = NULL;
+                        h->hint_n_ids = h->hint_cap_ids = 0;
+                    }
                     hint_drop(s, h);
+                }
             }
             q->state = SREQ_RUNNING;
             q->prefilling = true;

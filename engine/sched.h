@@ -117,6 +117,10 @@ struct sreq {
     int64_t bytes;           /* its allocation */
     uint64_t *hint_ids;      /* as a hint: its trace block ids (owned) */
     uint32_t hint_n_ids;
+    uint32_t hint_cap_ids;   /* hint_ids' capacity, in ids */
+    uint64_t hint_serial;    /* as a hint: unique among the scheduler's hints */
+    uint64_t src_serial;     /* the hint its ids were compared with (0: none) */
+    uint32_t src_same;       /* ids [0, src_same) equal that hint's */
     int64_t hit_epoch;       /* kv evictions + 1 then (0: none); while no block
                                 was evicted since, blk[0, hit_m) still match */
     /* This step. */
@@ -172,6 +176,7 @@ struct sched {
     struct sreq **hint;
     struct sreq *hint_first, *hint_last; /* hints, oldest first (wnext) */
     int64_t hint_bytes;      /* memory the hints hold (cap: p.hint_budget) */
+    uint64_t hint_serials;   /* hint serials handed out */
     int64_t hint_hits;       /* blocks matched through a hint */
 };
 
