@@ -96,20 +96,12 @@ static void tfd_cb(struct ev_loop *ev, ev_io *w, int revents)
     rl->armed_ns = INT64_MAX; /* an expired timerfd is disarmed */
 }
 
-/* Socket callbacks run one after another from one epoll_wait; with
- * hundreds of busy streams that batch takes long enough to delay a
- * scheduled send by a millisecond or more, so due timers are fired between
- * socket callbacks too (one clock read per callback). */
 static void io_cb(struct ev_loop *ev, ev_io *w, int revents)
 {
     struct rio *r = (struct rio *)w;
-    struct rloop *rl = r->rl;
     struct loop_io *io = r->io;
     int ev_out = (revents & EV_READ ? LOOP_READ : 0) | (revents & EV_WRITE ? LOOP_WRITE : 0);
-    io->cb(&rl->base, io, ev_out); /* may free r */
-    struct loop *l = &rl->base;
-    if (!l->stopped && l->heap.n && l->heap.v[0]->at_ns <= r_now(l))
-        fire_due(rl);
+    io->cb(&r->rl->base, io, ev_out);
 }
 
 static int r_io_start(struct loop *l, struct loop_io *io)
