@@ -40,6 +40,12 @@ static void handler(struct httpd_conn *c, const struct httpd_request *r, void *a
         httpd_stream_end(c);
         return;
     }
+    if (!strcmp(r->path, "/stream2")) { /* the end in one write */
+        httpd_stream_begin(c, 200, "text/event-stream");
+        httpd_stream_write(c, "data: a\n\n", 9);
+        httpd_stream_end_with(c, "data: b\n\ndata: [DONE]\n\n", 23);
+        return;
+    }
     if (s->async) {
         s->held = c;
         return;
@@ -111,6 +117,18 @@ static void mem_tests(void)
     CHECK(count(out, on, "Transfer-Encoding: chunked") == 1 &&
           strstr(out, "9\r\ndata: a\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"),
           "chunked stream framing");
+    httpd_conn_mem_destroy(c);
+
+    /* A stream ended with its last chunk (httpd_stream_end_with), then a
+     * pipelined request on the same connection. */
+    memset(&s, 0, sizeof s);
+    c = httpd_conn_mem_create(h);
+    const char *two_s = "GET /stream2 HTTP/1.1\r\nHost: a\r\n\r\nGET /health HTTP/1.1\r\nHost: a\r\n\r\n";
+    CHECK(httpd_conn_mem_feed(c, two_s, strlen(two_s)) == 0, "stream_end_with feed");
+    out = httpd_conn_mem_output(c, &on);
+    CHECKF(s.n == 2, "both requests answered (%d)", s.n);
+    CHECK(strstr(out, "9\r\ndata: a\n\n\r\n17\r\ndata: b\n\ndata: [DONE]\n\n\r\n0\r\n\r\nHTTP/1.1 200") != NULL,
+          "stream_end_with framing, then the next response");
     httpd_conn_mem_destroy(c);
 
     /* Async: the second pipelined request waits for the first's answer. */
