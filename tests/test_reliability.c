@@ -367,7 +367,7 @@ static void test_soak(double secs)
     if (!d)
         return;
     long long records = 0, dup = 0, err500 = 0, cut = 0, refused = 0, outage_cut = 0,
-              ok_after = 0, other = 0, okn = 0, stalled = 0, n_cut = 0, cap_cut = 0;
+              ok_after = 0, other = 0, okn = 0, stalled = 0, n_cut = 0, cap_cut = 0, cancelled = 0;
     double first_refused = -1, *cut_end = NULL;
     double last_start = 0;
     size_t kcap = 1 << 16, kn = 0;
@@ -425,6 +425,8 @@ static void test_soak(double secs)
             if (json_is_integer(ft) &&
                 (double)json_integer_value(ft) / 1e9 - start >= 0.3)
                 stalled++;
+        } else if (json_is_true(json_object_get(r, "cancelled"))) {
+            cancelled++; /* a long call cut at the end of the grace period */
         } else if (!strncmp(e, "HTTP 500", 8)) {
             err500++;
         } else if (strstr(e, "connect") || strstr(e, "Connection refused")) {
@@ -475,10 +477,11 @@ static void test_soak(double secs)
     CHECKF(refused > 0, "outage recorded as connection errors (%lld)", refused);
     CHECKF(ok_after > 0, "calls succeed again after the restart (%lld)", ok_after);
     CHECKF(other == 0, "no other kind of error (%lld)", other);
-    printf("NOTE soak %.0f s: %lld calls, %lld ok; injected: %lld errors, %lld disconnects, "
+    CHECKF(cancelled <= 8, "at most one call per lane cut by the grace period (%lld)", cancelled);
+    printf("NOTE soak %.0f s: %lld calls, %lld ok, %lld cut at the grace end; injected: %lld errors, %lld disconnects, "
            "%lld stalls; recorded: %lld HTTP 500, %lld cut streams, %lld slow first tokens; "
            "outage %.1f-%.1f s: %lld refused, %lld cut by the kill, %lld ok after\n",
-           secs, records, okn, inj_err, inj_disc, inj_stall, err500, cut, stalled, t_kill, t_up,
+           secs, records, okn, cancelled, inj_err, inj_disc, inj_stall, err500, cut, stalled, t_kill, t_up,
            refused, outage_cut, ok_after);
 }
 
