@@ -297,9 +297,12 @@ static void test_loop_real(void)
     CHECKF(x.order[0] == 1 && x.order[1] == 2 && x.order[2] == 3 && x.order[3] == 0,
            "in time order, ties in arming order (%d %d %d %d)", x.order[0], x.order[1], x.order[2],
            x.order[3]);
-    CHECKF(took >= 29 * NS_PER_MS && took < 200 * NS_PER_MS, "ran until the last timer (%lld ns)",
+    CHECKF(took >= 29 * NS_PER_MS && took < 2000 * NS_PER_MS, "ran until the last timer (%lld ns)",
            (long long)took);
-    CHECKF(x.late_max_ns < 5 * NS_PER_MS, "timers late by under 5 ms (max %lld ns)",
+    /* A loose bound: this is a correctness check (timers fire, in order,
+     * not seconds late) on a shared machine; timer precision itself is
+     * measured in make bench (bench_load: schedule lag). */
+    CHECKF(x.late_max_ns < 100 * NS_PER_MS, "timers late by under 100 ms (max %lld ns)",
            (long long)x.late_max_ns);
     CHECK(loop_heap_verify(&l->heap) == 0 && l->heap.n == 0, "heap empty and valid");
 
