@@ -124,12 +124,22 @@ static inline bool entry_live(const struct kvcache *kv, struct kv_lru_entry e)
  * live block's position moves with it. */
 static void lru_compact(struct kvcache *kv)
 {
-    uint64_t m = kv->q_cap - 1, w = 0;
-    for (uint64_t i = 0; i < kv->q_len; i++) {
-        struct kv_lru_entry e = kv->q[(kv->q_head + i) & m];
-        if (e.block != KV_NONE) {
-            kv->q[(kv->q_head + w) & m] = e;
-            kv->next[e.block] = (uint32_t)(kv->q_head + w);
+    struct kv_lru_entry *q = kv->q;
+    uint32_t *pos = kv->next;
+    const uint64_t m = kv->q_cap - 1, head = kv->q_head, len = kv->q_len;
+    uint64_t w = 0;
+    /* The live entries lie in at most two straight runs of the ring: read
+     * each run with a plain pointer (most entries are tombstones). */
+    uint64_t a = head & m, run1 = len < m + 1 - a ? len : m + 1 - a;
+    for (int part = 0; part < 2; part++) {
+        const struct kv_lru_entry *p = part ? q : q + a;
+        const struct kv_lru_entry *end = p + (part ? len - run1 : run1);
+        for (; p < end; p++) {
+            if (p->block == KV_NONE)
+                continue;
+            struct kv_lru_entry e = *p;
+            q[(head + w) & m] = e;
+            pos[e.block] = (uint32_t)(head + w);
             w++;
         }
     }
@@ -141,12 +151,19 @@ static void lru_compact(struct kvcache *kv)
 static void lru_regrow(struct kvcache *kv, uint64_t cap)
 {
     struct kv_lru_entry *nq = xmalloc(cap * sizeof *nq);
+    uint32_t *pos = kv->next;
+    const uint64_t m = kv->q_cap - 1, len = kv->q_len, a = kv->q_head & m;
+    const uint64_t run1 = len < m + 1 - a ? len : m + 1 - a;
     uint64_t w = 0;
-    for (uint64_t k = 0; k < kv->q_len; k++) {
-        struct kv_lru_entry e = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
-        if (e.block != KV_NONE) {
-            kv->next[e.block] = (uint32_t)w;
-            nq[w++] = e;
+    /* The old ring's entries in order: at most two straight runs. */
+    for (int part = 0; part < 2; part++) {
+        const struct kv_lru_entry *p = part ? kv->q : kv->q + a;
+        const struct kv_lru_entry *end = p + (part ? len - run1 : run1);
+        for (; p < end; p++) {
+            if (p->block == KV_NONE)
+                continue;
+            pos[p->block] = (uint32_t)w;
+            nq[w++] = *p;
         }
     }
     free(kv->q);
@@ -205,6 +222,19 @@ static void release_rare(struct kvcache *kv, uint32_t i, uint64_t s, int64_t *fr
     (*freed)++;
 }
 
+/* Writes queue entry {block i, generation of word s} with one 8-byte store
+ * where the layout allows (the generation is the word's high half). */
+static inline void q_store(struct kv_lru_entry *e, uint32_t i, uint64_t s)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    _Static_assert(sizeof(struct kv_lru_entry) == 8 && KV_GEN_SHIFT == 32, "entry layout");
+    uint64_t v = (s & ~(uint64_t)UINT32_MAX) | i;
+    memcpy(e, &v, sizeof v);
+#else
+    *e = (struct kv_lru_entry){i, (uint32_t)(s >> KV_GEN_SHIFT)};
+#endif
+}
+
 static inline __attribute__((always_inline)) void
 release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out)
 {
@@ -215,31 +245,42 @@ release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen
     const uint64_t m = kv->q_cap - 1, tail0 = kv->q_head + kv->q_len;
     uint64_t tail = tail0;
     int64_t freed = 0, ck = 0;
-    for (uint32_t k = n; k-- > 0;) {
-        if (k >= KV_CHAIN_AHEAD) {
-            uint32_t a = blk[k - KV_CHAIN_AHEAD];
-            __builtin_prefetch(&st[a]);
-            __builtin_prefetch(&pos[a], 1);
-        }
-        uint32_t i = blk[k];
-        uint64_t s = st[i];
-        ASSERT(s & KV_REF_MASK);
-        s--;
-        if (__builtin_expect((s & (KV_REF_MASK | ST_HASHED)) == ST_HASHED, 1)) {
-            s = (s | ST_LRU) + ST_GEN1;
-            st[i] = s;
-            pos[i] = (uint32_t)tail;
-            q[tail & m].block = i;
-            q[tail & m].gen = (uint32_t)(s >> KV_GEN_SHIFT);
-            tail++;
-            ck += (int64_t)((s >> (KV_FLAG_SHIFT + 1)) & 1); /* KV_CKPT */
-        } else {
-            release_rare(kv, i, s, &freed);
-            pos = kv->next; /* empty_push writes it; the array does not move */
-        }
-        if (gen_out)
-            gen_out[k] = kv_st_gen(st[i]);
+    /* The body for block blk[k]; the loop is split so that the part with
+     * prefetches ahead needs no bound test. */
+#define RELEASE_ONE(k)                                                        \
+    do {                                                                      \
+        uint32_t i = blk[k];                                                  \
+        uint64_t s = st[i];                                                   \
+        ASSERT(s & KV_REF_MASK);                                              \
+        s--;                                                                  \
+        if (__builtin_expect((s & (KV_REF_MASK | ST_HASHED)) == ST_HASHED, 1)) { \
+            s = (s | ST_LRU) + ST_GEN1;                                       \
+            st[i] = s;                                                        \
+            pos[i] = (uint32_t)tail;                                          \
+            q_store(&q[tail & m], i, s);                                      \
+            tail++;                                                           \
+            ck += (int64_t)(s & ST_CKPT); /* scaled by ST_CKPT; unscaled below */ \
+            if (gen_out)                                                      \
+                gen_out[k] = (uint32_t)(s >> KV_GEN_SHIFT);                   \
+        } else {                                                              \
+            release_rare(kv, i, s, &freed);                                   \
+            pos = kv->next; /* empty_push writes it; the array does not move */ \
+            if (gen_out)                                                      \
+                gen_out[k] = kv_st_gen(st[i]);                                \
+        }                                                                     \
+    } while (0)
+    uint32_t k = n;
+    for (; k > KV_CHAIN_AHEAD;) {
+        k--;
+        uint32_t a = blk[k - KV_CHAIN_AHEAD];
+        __builtin_prefetch(&st[a]);
+        __builtin_prefetch(&pos[a], 1);
+        RELEASE_ONE(k);
     }
+    while (k-- > 0)
+        RELEASE_ONE(k);
+#undef RELEASE_ONE
+    ck /= (int64_t)ST_CKPT;
     int64_t pushed = (int64_t)(tail - tail0);
     kv->q_len += (uint64_t)pushed;
     kv->n_lru += pushed;
