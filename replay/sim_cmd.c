@@ -81,6 +81,7 @@ struct ctx {
     const char *command;
     bool progress;               /* a terminal: show the bar */
     const char *chrome_trace;    /* sim only */
+    int64_t chrome_kernel_step;  /* step whose kernels the trace shows, -1 none */
 };
 
 /* One point of a run: a deployment and a replay. */
@@ -237,7 +238,7 @@ static int run_point(const struct ctx *c, const struct point *p, json_t **out, c
         }
         if (c->chrome_trace && !p->fake) {
             struct engine *e = target_engine_get(tg);
-            if (e && engine_trace_open(e, c->chrome_trace, -1, err)) {
+            if (e && engine_trace_open(e, c->chrome_trace, c->chrome_kernel_step, err)) {
                 fclose(tl);
                 records_close(w, NULL);
                 replay_destroy(r);
@@ -487,7 +488,8 @@ static const char sim_help[] =
     "DIR/run.json, requests.jsonl, timeline.csv, summary.md (replay/SCHEMA.md).\n"
     "  --repeats K            K seeds (seed, seed+1, ...): mean and 95 % CI of\n"
     "                         every metric; repeat i > 0 in DIR/repeat-i/\n"
-    "  --chrome-trace FILE    engine steps as a Chrome trace\n";
+    "  --chrome-trace FILE    engine steps as a Chrome trace\n"
+    "  --chrome-trace-kernels N  also the kernels inside step N (0-based)\n";
 
 static void print_repeats(const json_t *rep)
 {
@@ -510,16 +512,24 @@ int replay_cmd_sim(int argc, char **argv)
     common_init(&co);
     int repeats = 1;
     const char *chrome = NULL;
+    int64_t chrome_step = -1;
     for (int i = 1; i < argc;) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("%s%s%s\nengine:\n%s", sim_help, common_help, replay_flags_help, engine_flags_help);
             return EXIT_OK;
         }
-        if (!strcmp(argv[i], "--repeats") || !strcmp(argv[i], "--chrome-trace")) {
+        if (!strcmp(argv[i], "--repeats") || !strcmp(argv[i], "--chrome-trace") ||
+            !strcmp(argv[i], "--chrome-trace-kernels")) {
             if (i + 1 >= argc)
-                return bad("sim", "--repeats / --chrome-trace need a value");
+                return bad("sim", "--repeats / --chrome-trace / --chrome-trace-kernels need a value");
             if (!strcmp(argv[i], "--chrome-trace")) {
                 chrome = argv[i + 1];
+            } else if (!strcmp(argv[i], "--chrome-trace-kernels")) {
+                char *end;
+                long long k = strtoll(argv[i + 1], &end, 10);
+                if (*end || k < 0)
+                    return bad("sim", "bad --chrome-trace-kernels (a step index >= 0)");
+                chrome_step = k;
             } else {
                 char *end;
                 long k = strtol(argv[i + 1], &end, 10);
@@ -547,6 +557,7 @@ int replay_cmd_sim(int argc, char **argv)
     c.command = cmd;
     c.progress = isatty(2);
     c.chrome_trace = chrome;
+    c.chrome_kernel_step = chrome_step;
     /* From here on a signal ends the run with partial results (an early one
      * at the first tick) instead of killing the process. */
     install_signals();

@@ -263,12 +263,28 @@ int main(void)
 
         /* Chrome trace of the engine's steps. */
         snprintf(dir2, sizeof dir2, "%s/ct", tmpdir);
-        rc = sh("%s sim --trace %s --concurrency 2 --duration 60 -o %s --chrome-trace %s/ct.json >/dev/null 2>&1",
+        rc = sh("%s sim --trace %s --concurrency 2 --duration 60 -o %s --chrome-trace %s/ct.json "
+                "--chrome-trace-kernels 20 >/dev/null 2>&1",
                 bin, cc, dir2, tmpdir);
         snprintf(p, sizeof p, "%s/ct.json", tmpdir);
         json_error_t je;
         x = json_load_file(p, 0, &je);
         CHECK(rc == 0 && x, "--chrome-trace writes JSON");
+        /* Steps on one track, the chosen step's kernels on another. */
+        json_t *evs = json_is_object(x) ? json_object_get(x, "traceEvents") : x;
+        size_t n_steps = 0, n_kernels = 0, i_ev;
+        json_t *ev;
+        json_array_foreach(evs, i_ev, ev) {
+            if (!json_is_string(json_object_get(ev, "ph")) ||
+                strcmp(json_string_value(json_object_get(ev, "ph")), "X"))
+                continue;
+            if (json_integer_value(json_object_get(ev, "tid")) == 0)
+                n_steps++;
+            else
+                n_kernels++;
+        }
+        CHECKF(n_steps > 20 && n_kernels > 100, "steps (%zu) and one step's kernels (%zu) in the trace",
+               n_steps, n_kernels);
         json_decref(x);
 
         /* SIGINT: stops, writes what was measured, marks it. */
