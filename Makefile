@@ -47,7 +47,8 @@ all: deps-ok ./agentreplay $(if $(NVCC),kernels)
 .PHONY: deps-ok
 deps-ok:
 	@pkg-config --exists libcurl jansson 2>/dev/null && [ -f /usr/include/ev.h ] && \
-	  [ -f /usr/include/http_parser.h ] || $(MAKE) --no-print-directory deps
+	  [ -f /usr/include/http_parser.h ] && command -v gnuplot >/dev/null || \
+	  $(MAKE) --no-print-directory deps
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
