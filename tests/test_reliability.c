@@ -31,39 +31,9 @@
 #include <time.h>
 
 #include "testhelp.h"
+#include "testproc.h"
 
 static char tmpdir[256];
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {
-    }
-}
-
-/* Starts argv (NULL-terminated) with stdout and stderr to `log` (appended). */
-static pid_t spawn(char *const argv[], const char *log)
-{
-    pid_t p = fork();
-    if (p == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return p;
-}
 
 /* Waits for p up to timeout_s; kills it after that. Returns the exit status,
  * or -1 if it was killed or died of a signal. */
