@@ -45,7 +45,7 @@ static void *tj_malloc(size_t n)
     n = (n + 15) & ~(size_t)15;
     struct jchunk *c = tj_head;
     if (!c || c->size - c->used < n) {
-        size_t size = c ? 2 * c->size : 256u << 10;
+        size_t size = c ? 2 * c->size : 16u << 10;
         if (size > 64u << 20)
             size = 64u << 20;
         if (size < n)

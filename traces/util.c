@@ -65,8 +65,9 @@ char *xstrdup(const char *s)
     return d;
 }
 
-/* Arena chunks grow geometrically from 64 KiB to 16 MiB so that a small
- * trace costs little and a large one makes few mallocs. */
+/* Arena chunks grow geometrically from 4 KiB to 16 MiB so that a small
+ * trace costs little (a few-line file, or a fuzzer's input, allocates
+ * pages, not megabytes) and a large one makes few mallocs. */
 struct arena_chunk {
     struct arena_chunk *next;
     size_t size, used;
@@ -91,7 +92,7 @@ void *arena_alloc(struct arena *a, size_t n)
     n = (n + 15) & ~(size_t)15;
     struct arena_chunk *c = a->head;
     if (!c || c->size - c->used < n) {
-        size_t size = c ? c->size * 2 : 64 * 1024;
+        size_t size = c ? c->size * 2 : 4 * 1024;
         if (size > 16u << 20)
             size = 16u << 20;
         if (size < n)
