@@ -59,6 +59,7 @@ typedef void (*httpd_handler)(struct httpd_conn *c, const struct httpd_request *
 struct httpd_stats {
     uint64_t conns_open, conns_total, requests, bad_requests, dropped_slow,
         refused_conns;
+    uint64_t writes;           /* write/writev calls on sockets */
 };
 
 void httpd_limits_defaults(struct httpd_limits *lim);
@@ -79,7 +80,8 @@ int httpd_verify(const struct httpd *s, char *err);
 void httpd_respond(struct httpd_conn *c, int status, const char *content_type,
                    const char *body, size_t len);
 /* A chunked (streamed) response: begin once, write any number of times,
- * end once. */
+ * end once. Chunks written in one loop iteration leave in one write, at
+ * the end of the iteration's due timers (or with the response's end). */
 void httpd_stream_begin(struct httpd_conn *c, int status, const char *content_type);
 void httpd_stream_write(struct httpd_conn *c, const char *data, size_t len);
 void httpd_stream_end(struct httpd_conn *c);

@@ -9,8 +9,8 @@
  * cache, so calls reuse keep-alive connections.
  *
  * Memory per call in flight: the easy handle (curl's receive buffer is cut
- * to 1 KiB; its upload buffer, 16 KiB at the least, exists only for long
- * bodies), the SSE parser's buffer (the largest event) and this file's
+ * to 1 KiB, except on the first BIG_RECV_HANDLES handles, see easy_get;
+ * its upload buffer, 16 KiB at the least, exists only for long bodies), the SSE parser's buffer (the largest event) and this file's
  * struct hcall (about 2 KiB). 10,000 streams of 1k-token prompts: 260 MB
  * resident before short bodies were sent whole.
  * Long request bodies are produced by CURLOPT_READFUNCTION as curl sends
@@ -31,6 +31,14 @@
 #define SSE_MAX_EVENT (1u << 20)
 #define GET_MAX_BODY (4u << 20)
 #define SHORT_BODY (32 * 1024) /* bodies up to this are sent whole */
+/* Receive buffers: curl reads at most its buffer per recv(2), and libcurl
+ * 7.88 polls the socket after each read, so a 16-token answer (~3.5 KB)
+ * sent in one packet cost 4 recvfrom + 5 poll with 1 KiB, 1 + 2 with
+ * 16 KiB. Big buffers on the first 256 handles only (4 MiB), small ones
+ * beyond, so 10,000 streams stay small. */
+#define BIG_RECV_BUF 16384L
+#define SMALL_RECV_BUF 1024L
+#define BIG_RECV_HANDLES 256
 
 struct http_target;
 
@@ -60,6 +68,7 @@ struct hcall {
     struct loop_timer read_timer;
     char curl_err[CURL_ERROR_SIZE];
     char *body;               /* a short body, whole (see http_submit) */
+    int big;                  /* easy has a big receive buffer */
     /* The last content event Jansson parsed, as a template (see
      * tpl_match): bytes [0, tpl_pre) and [tpl_suf, tpl_len) are the fixed
      * parts around its content string. NULL: none. */
@@ -85,13 +94,18 @@ struct http_target {
     char model_json[300];     /* the model name as a JSON string */
     char url_call[640];
     struct loop_timer timer;
-    CURL **pool;              /* idle easy handles */
+    CURL **pool;              /* idle call handles, small receive buffer */
     size_t pool_n, pool_cap;
+    CURL **bpool;             /* idle call handles, big receive buffer */
+    size_t bpool_n;
+    size_t big_made;          /* handles made with a big buffer (at most
+                                 BIG_RECV_HANDLES) */
     struct hcall *live;
     int64_t running;
     struct target_stats st;
     struct http_target_counts counts;
     int in_action;            /* inside curl_multi_socket_action */
+    struct http_shape_set shapes; /* event shapes seen (see http_target.h) */
     int hold;                 /* http_target_hold() was called */
 };
 
@@ -341,6 +355,230 @@ int http_tpl_learn(struct http_tpl *t, const char *data, size_t n, const char *c
     return 1;
 }
 
+/* ---- event shapes (see http_target.h) ---- */
+
+enum { SHR_OTHER = 0, SHR_CONTENT, SHR_PROMPT, SHR_COMPLETION, SHR_CACHED };
+
+void http_event_of(const void *json, int chat, struct http_event *ev)
+{
+    json_t *j = (json_t *)json;
+    memset(ev, 0, sizeof *ev);
+    ev->prompt_tokens = ev->completion_tokens = ev->cached_tokens = -1;
+    json_t *choices = json_object_get(j, "choices");
+    json_t *ch = json_is_array(choices) ? json_array_get(choices, 0) : NULL;
+    if (ch) {
+        json_t *content = chat ? json_object_get(json_object_get(ch, "delta"), "content")
+                               : json_object_get(ch, "text");
+        ev->content = json_is_string(content) && json_string_length(content) > 0;
+    }
+    json_t *usage = json_object_get(j, "usage");
+    if (json_is_object(usage)) {
+        ev->usage = 1;
+        json_t *pt = json_object_get(usage, "prompt_tokens");
+        json_t *ct = json_object_get(usage, "completion_tokens");
+        json_t *cached = json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+        if (json_is_integer(pt))
+            ev->prompt_tokens = json_integer_value(pt);
+        if (json_is_integer(ct))
+            ev->completion_tokens = json_integer_value(ct);
+        if (json_is_integer(cached))
+            ev->cached_tokens = json_integer_value(cached);
+    }
+}
+
+/* The one place `key` (a quoted key and colon) occurs in ev[0..n): its
+ * value's offset in *at; 0 if absent, 1 if once, 2 if more. */
+static int find_key(const char *ev, size_t n, const char *key, size_t *at)
+{
+    size_t kl = strlen(key);
+    int found = 0;
+    const char *p = ev, *end = ev + n;
+    while (p < end) {
+        const char *q = memmem(p, (size_t)(end - p), key, kl);
+        if (!q)
+            break;
+        if (found++)
+            return 2;
+        *at = (size_t)(q - ev) + kl;
+        p = q + 1;
+    }
+    return found;
+}
+
+/* Digits at ev[at..n) as JSON writes a non-negative integer that fits in
+ * 18 digits; their count, or 0. */
+static size_t int_digits(const char *ev, size_t n, size_t at, int64_t *v)
+{
+    size_t k = 0;
+    int64_t x = 0;
+    while (at + k < n && ev[at + k] >= '0' && ev[at + k] <= '9') {
+        if (k == 18)
+            return 0;
+        x = x * 10 + (ev[at + k] - '0');
+        k++;
+    }
+    if (k > 1 && ev[at] == '0')
+        return 0;
+    *v = x;
+    return k;
+}
+
+/* Adds a hole for the value after `key` to sh. want: the value Jansson
+ * read at the key's path (NULL: the key is not a role's, any value);
+ * returns 0 when fine (hole added, or none needed), -1 to give up. */
+static int shape_hole(struct http_shape *sh, const char *ev, size_t n, const char *key, int is_int,
+                      int role, json_t *want)
+{
+    size_t at = 0;
+    int f = find_key(ev, n, key, &at);
+    if (role != SHR_OTHER) {
+        /* A role's key must be exactly where Jansson read the value, or
+         * nowhere when there is none. */
+        if (!want)
+            return f == 0 ? 0 : -1;
+        if (f != 1)
+            return -1;
+    } else if (f != 1) {
+        return 0; /* absent or repeated: stays fixed */
+    }
+    size_t end;
+    if (is_int) {
+        int64_t v;
+        size_t k = int_digits(ev, n, at, &v);
+        if (!k)
+            return role != SHR_OTHER ? -1 : 0;
+        if (want && (!json_is_integer(want) || json_integer_value(want) != v))
+            return -1;
+        end = at + k;
+    } else {
+        const char *q = memchr(ev + at, '"', n - at);
+        if (!q)
+            return -1;
+        end = (size_t)(q - ev);
+        if (!plain_json_string((const unsigned char *)ev + at, end - at))
+            return -1;
+        if (want && (!json_is_string(want) || json_string_length(want) != end - at ||
+                     memcmp(json_string_value(want), ev + at, end - at)))
+            return -1;
+    }
+    if (sh->n_holes == HTTP_SHAPE_HOLES)
+        return -1;
+    sh->hole[sh->n_holes].at = at;
+    sh->hole[sh->n_holes].end = end;
+    sh->hole[sh->n_holes].is_int = (unsigned char)is_int;
+    sh->hole[sh->n_holes].role = (unsigned char)role;
+    sh->n_holes++;
+    return 0;
+}
+
+static void shape_free(struct http_shape *sh)
+{
+    free(sh->buf);
+    memset(sh, 0, sizeof *sh);
+}
+
+int http_shape_learn(struct http_shape_set *set, const char *ev, size_t n, const void *json, int chat)
+{
+    json_t *j = (json_t *)json;
+    if (!json_is_object(j) || json_object_get(j, "error") || memchr(ev, '\\', n))
+        return 0;
+    struct http_shape sh;
+    memset(&sh, 0, sizeof sh);
+    json_t *choices = json_object_get(j, "choices");
+    json_t *ch = json_is_array(choices) ? json_array_get(choices, 0) : NULL;
+    json_t *content = !ch ? NULL : chat ? json_object_get(json_object_get(ch, "delta"), "content")
+                                        : json_object_get(ch, "text");
+    json_t *usage = json_object_get(j, "usage");
+    json_t *u = json_is_object(usage) ? usage : NULL;
+    json_t *id = json_object_get(j, "id");
+    json_t *created = json_object_get(j, "created");
+    if (shape_hole(&sh, ev, n, "\"id\":\"", 0, SHR_OTHER, json_is_string(id) ? id : NULL) ||
+        shape_hole(&sh, ev, n, "\"created\":", 1, SHR_OTHER, json_is_integer(created) ? created : NULL) ||
+        shape_hole(&sh, ev, n, chat ? "\"content\":\"" : "\"text\":\"", 0, SHR_CONTENT,
+                   json_is_string(content) ? content : NULL) ||
+        shape_hole(&sh, ev, n, "\"prompt_tokens\":", 1, SHR_PROMPT,
+                   u ? json_object_get(u, "prompt_tokens") : NULL) ||
+        shape_hole(&sh, ev, n, "\"completion_tokens\":", 1, SHR_COMPLETION,
+                   u ? json_object_get(u, "completion_tokens") : NULL) ||
+        shape_hole(&sh, ev, n, "\"total_tokens\":", 1, SHR_OTHER, NULL) ||
+        shape_hole(&sh, ev, n, "\"cached_tokens\":", 1, SHR_CACHED,
+                   u ? json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")
+                     : NULL))
+        return 0;
+    /* Holes in order of position (they never overlap: distinct values). */
+    for (int a = 1; a < sh.n_holes; a++)
+        for (int b = a; b > 0 && sh.hole[b].at < sh.hole[b - 1].at; b--) {
+            __typeof__(sh.hole[0]) t = sh.hole[b];
+            sh.hole[b] = sh.hole[b - 1];
+            sh.hole[b - 1] = t;
+        }
+    for (int a = 1; a < sh.n_holes; a++)
+        if (sh.hole[a].at < sh.hole[a - 1].end)
+            return 0;
+    sh.usage = u != NULL;
+    sh.buf = xmalloc(n);
+    memcpy(sh.buf, ev, n);
+    sh.len = n;
+    struct http_shape *slot = &set->s[set->next];
+    set->next = (set->next + 1) % HTTP_SHAPES;
+    shape_free(slot);
+    *slot = sh;
+    return 1;
+}
+
+static int shape_match1(const struct http_shape *sh, const char *ev, size_t n, struct http_event *out)
+{
+    size_t t = 0, d = 0;
+    out->content = 0;
+    out->usage = sh->usage;
+    out->prompt_tokens = out->completion_tokens = out->cached_tokens = -1;
+    for (int i = 0; i < sh->n_holes; i++) {
+        size_t fixed = sh->hole[i].at - t;
+        if (n - d < fixed || memcmp(ev + d, sh->buf + t, fixed))
+            return 0;
+        d += fixed;
+        size_t k;
+        int64_t v = 0;
+        if (sh->hole[i].is_int) {
+            k = int_digits(ev, n, d, &v);
+            if (!k)
+                return 0;
+        } else {
+            const char *q = memchr(ev + d, '"', n - d);
+            if (!q)
+                return 0;
+            k = (size_t)(q - (ev + d));
+            if (!plain_json_string((const unsigned char *)ev + d, k))
+                return 0;
+        }
+        switch (sh->hole[i].role) {
+        case SHR_CONTENT: out->content = k > 0; break;
+        case SHR_PROMPT: out->prompt_tokens = v; break;
+        case SHR_COMPLETION: out->completion_tokens = v; break;
+        case SHR_CACHED: out->cached_tokens = v; break;
+        default: break;
+        }
+        d += k;
+        t = sh->hole[i].end;
+    }
+    return n - d == sh->len - t && !memcmp(ev + d, sh->buf + t, sh->len - t);
+}
+
+int http_shape_match(struct http_shape_set *set, const char *ev, size_t n, struct http_event *out)
+{
+    for (int i = 0; i < HTTP_SHAPES; i++)
+        if (set->s[i].buf && shape_match1(&set->s[i], ev, n, out))
+            return 1;
+    return 0;
+}
+
+void http_shape_set_free(struct http_shape_set *set)
+{
+    for (int i = 0; i < HTTP_SHAPES; i++)
+        shape_free(&set->s[i]);
+    set->next = 0;
+}
+
 /* A content chunk arrived now. */
 static void on_content(struct hcall *h)
 {
@@ -366,6 +604,24 @@ static int on_event(void *arg, const char *event, const char *data, size_t n)
         on_content(h);
         return 0;
     }
+    int chat = h->t->cfg.endpoint == HTTP_EP_CHAT;
+    struct http_event ev;
+    if (http_shape_match(&h->t->shapes, data, n, &ev)) {
+        h->t->counts.shaped++;
+        if (ev.content)
+            on_content(h);
+        if (ev.usage) {
+            if (ev.prompt_tokens >= 0)
+                c->server_prompt_tokens = ev.prompt_tokens;
+            if (ev.completion_tokens >= 0)
+                c->server_output_tokens = ev.completion_tokens;
+            if (ev.cached_tokens >= 0)
+                c->cached_tokens = ev.cached_tokens;
+            h->got_usage = 1;
+        }
+        return 0;
+    }
+    h->t->counts.parsed++;
     json_error_t je;
     json_t *j = json_loadb(data, n, 0, &je);
     if (!j || !json_is_object(j)) {
@@ -380,6 +636,7 @@ static int on_event(void *arg, const char *event, const char *data, size_t n)
         json_decref(j);
         return 1;
     }
+    http_shape_learn(&h->t->shapes, data, n, j, chat);
     json_t *choices = json_object_get(j, "choices");
     json_t *ch = json_is_array(choices) ? json_array_get(choices, 0) : NULL;
     if (ch) {
@@ -480,13 +737,13 @@ static void unlink_call(struct http_target *t, struct hcall *h)
 }
 
 /* Options every handle gets once, when created. */
-static void easy_setup(struct http_target *t, CURL *e, int call)
+static void easy_setup(struct http_target *t, CURL *e, int call, int big)
 {
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_fn);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t->cfg.connect_timeout_ns / NS_PER_MS));
-    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 1024L);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, big ? BIG_RECV_BUF : SMALL_RECV_BUF);
     curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 16384L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
@@ -502,20 +759,35 @@ static void easy_setup(struct http_target *t, CURL *e, int call)
  * across transfers; a reset and a dozen setopts per call cost more than
  * the few that change). GET handles (scrapes, a few a second at most) are
  * made and freed each time. */
-static CURL *easy_get(struct http_target *t, int call)
+static CURL *easy_get(struct http_target *t, int call, int *big)
 {
-    if (call && t->pool_n)
+    *big = 0;
+    if (call && t->bpool_n) {
+        *big = 1;
+        return t->bpool[--t->bpool_n];
+    }
+    if (call && t->big_made < BIG_RECV_HANDLES)
+        *big = 1;
+    else if (call && t->pool_n)
         return t->pool[--t->pool_n];
     CURL *e = curl_easy_init();
-    if (e)
-        easy_setup(t, e, call);
+    if (e) {
+        easy_setup(t, e, call, *big);
+        t->big_made += (size_t)*big;
+    }
     return e;
 }
 
-static void easy_put(struct http_target *t, CURL *e, int call)
+static void easy_put(struct http_target *t, CURL *e, int call, int big)
 {
     if (!call) {
         curl_easy_cleanup(e);
+        return;
+    }
+    if (big) {
+        if (!t->bpool)
+            t->bpool = xmalloc(BIG_RECV_HANDLES * sizeof *t->bpool);
+        t->bpool[t->bpool_n++] = e;
         return;
     }
     if (t->pool_n == t->pool_cap) {
@@ -559,7 +831,7 @@ static void finish(struct http_target *t, struct hcall *h, enum target_status st
     }
     if (h->easy) {
         curl_multi_remove_handle(t->multi, h->easy);
-        easy_put(t, h->easy, h->kind == HK_CALL);
+        easy_put(t, h->easy, h->kind == HK_CALL, h->big);
         h->easy = NULL;
         if (h->kind == HK_CALL)
             t->running--;
@@ -703,7 +975,7 @@ static int http_submit(struct target *tg, struct target_call *c, char *err)
         t->counts.held++;
         return 0;
     }
-    h->easy = easy_get(t, 1);
+    h->easy = easy_get(t, 1, &h->big);
     if (!h->easy) {
         free(h);
         c->priv = NULL;
@@ -759,7 +1031,7 @@ int http_target_get(struct target *tg, const char *url, http_get_cb cb, void *ar
     h->get_cb = cb;
     h->get_arg = arg;
     h->held_t_ns = -1;
-    h->easy = easy_get(t, 0);
+    h->easy = easy_get(t, 0, &h->big);
     if (!h->easy) {
         free(h);
         return -1;
@@ -806,7 +1078,11 @@ static void http_destroy(struct target *tg)
     }
     for (size_t i = 0; i < t->pool_n; i++)
         curl_easy_cleanup(t->pool[i]);
+    for (size_t i = 0; i < t->bpool_n; i++)
+        curl_easy_cleanup(t->bpool[i]);
     free(t->pool);
+    free(t->bpool);
+    http_shape_set_free(&t->shapes);
     curl_multi_cleanup(t->multi);
     loop_cancel(t->base.loop, &t->timer);
     curl_slist_free_all(t->headers);

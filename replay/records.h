@@ -2,7 +2,11 @@
  * from, and its JSONL writer (requests.jsonl, replay/SCHEMA.md).
  *
  * Records are written as each call ends, one JSON object per line, and
- * flushed, so an interrupted run keeps every call measured so far. */
+ * flushed, so an interrupted run keeps every call measured so far. A
+ * buffered writer (records_set_buffered, for the live load generator,
+ * where one write per call is a tenth of its CPU per call) keeps up to
+ * its buffer of lines until records_flush, a full buffer or the close:
+ * its owner flushes on a periodic tick and on interrupts. */
 #ifndef RECORDS_H
 #define RECORDS_H
 
@@ -54,8 +58,23 @@ struct records_writer;
 struct records_writer *records_open(const char *path, bool chunk_times, char *err);
 /* Writes to an open stream (not closed by records_close). */
 struct records_writer *records_from_stream(FILE *f, bool chunk_times);
-/* Appends one line and flushes. 0, or -1 with err set (disk full...). */
+/* Appends one line and flushes (buffered: flushes when the buffer is
+ * full). 0, or -1 with err set (disk full...). */
 int records_write(struct records_writer *w, const struct replay_record *r, char *err);
+/* Lines are held in a buffer of `bytes` (>= 4096) and written when it
+ * fills or at records_flush / records_close. Call before the first
+ * records_write. */
+void records_set_buffered(struct records_writer *w, size_t bytes);
+/* Writes what is buffered. 0, or -1 with err set. */
+int records_flush(struct records_writer *w, char *err);
+/* fn(arg, r) after each record written (the live load generator gathers
+ * schedule lag from them instead of reading the file back). */
+typedef void (*records_observer)(void *arg, const struct replay_record *r);
+void records_set_observer(struct records_writer *w, records_observer fn, void *arg);
+/* One record as its line (no newline; malloc'ed, the caller frees it).
+ * jansson: through Jansson, the reference; else the direct formatter
+ * where it applies (the bytes are the same). */
+char *records_json_line(const struct replay_record *r, bool chunk_times, bool jansson);
 uint64_t records_count(const struct records_writer *w);
 int records_close(struct records_writer *w, char *err);
 

@@ -1,7 +1,8 @@
 /* test_httpd.c: HTTP request handling against split, merged (pipelined),
  * malformed and oversized input (in memory), and on real sockets: a slow
  * client is dropped without holding up others, a dead client is noticed,
- * idle connections close. */
+ * idle connections close, and stream chunks produced in one loop iteration
+ * leave in one write while chunks produced apart leave apart. */
 #include "engine/httpd.h"
 
 #include <arpa/inet.h>
@@ -213,7 +214,35 @@ struct live {
     int big_closed;
     int big_chunks;
     struct loop_timer quit;
+    /* /drip: chunks 2 ms apart; socket writes each response took. */
+    struct httpd_conn *drip;
+    int drip_left;
+    uint64_t drip_w0;
+    struct loop_timer drip_timer;
+    int burst_writes, drip_writes; /* -1 until measured */
 };
+
+static uint64_t writes_now(struct httpd *h)
+{
+    struct httpd_stats st;
+    httpd_get_stats(h, &st);
+    return st.writes;
+}
+
+static void drip_cb(struct loop *l, struct loop_timer *t)
+{
+    struct live *v = t->arg;
+    if (!v->drip)
+        return;
+    httpd_stream_write(v->drip, "data: t\n\n", 9);
+    if (--v->drip_left > 0) {
+        loop_at(l, t, loop_now(l) + 2 * NS_PER_MS, drip_cb, v);
+        return;
+    }
+    httpd_stream_end_with(v->drip, "data: [DONE]\n\n", 14);
+    v->drip = NULL;
+    __atomic_store_n(&v->drip_writes, (int)(writes_now(v->h) - v->drip_w0), __ATOMIC_SEQ_CST);
+}
 
 static void big_closed(void *ctx)
 {
@@ -259,6 +288,23 @@ static void live_handler(struct httpd_conn *c, const struct httpd_request *r, vo
         httpd_conn_on_close(c, big_closed, v);
         httpd_stream_begin(c, 200, "application/octet-stream");
         loop_at(v->l, &v->pump, loop_now(v->l), pump_cb, v);
+        return;
+    }
+    if (!strcmp(r->path, "/burst")) { /* 16 chunks and the end at once */
+        uint64_t w0 = writes_now(v->h);
+        httpd_stream_begin(c, 200, "text/event-stream");
+        for (int i = 0; i < 16; i++)
+            httpd_stream_write(c, "data: t\n\n", 9);
+        httpd_stream_end_with(c, "data: [DONE]\n\n", 14);
+        __atomic_store_n(&v->burst_writes, (int)(writes_now(v->h) - w0), __ATOMIC_SEQ_CST);
+        return;
+    }
+    if (!strcmp(r->path, "/drip")) { /* 4 chunks 2 ms apart */
+        v->drip = c;
+        v->drip_left = 4;
+        v->drip_w0 = writes_now(v->h);
+        httpd_stream_begin(c, 200, "text/event-stream");
+        loop_at(v->l, &v->drip_timer, loop_now(v->l) + 2 * NS_PER_MS, drip_cb, v);
         return;
     }
     if (!strcmp(r->path, "/quit")) {
@@ -311,6 +357,37 @@ static int roundtrip(int port, const char *req, char *resp, size_t cap)
     resp[k] = 0;
     close(fd);
     return (int)k;
+}
+
+/* Sends req and reads until the chunked body's end (or 2 s). */
+static int stream_roundtrip(int port, const char *req, char *resp, size_t cap)
+{
+    int fd = dial(port);
+    if (fd < 0)
+        return -1;
+    if (write(fd, req, strlen(req)) < 0) {
+        close(fd);
+        return -1;
+    }
+    size_t k = 0;
+    ssize_t n;
+    resp[0] = 0;
+    while (k + 1 < cap && (n = read(fd, resp + k, cap - 1 - k)) > 0) {
+        k += (size_t)n;
+        resp[k] = 0;
+        if (strstr(resp, "\r\n0\r\n\r\n"))
+            break;
+    }
+    close(fd);
+    return (int)k;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
 }
 
 static void live_tests(void)
@@ -367,6 +444,24 @@ static void live_tests(void)
     ssize_t r = read(idle, &b, 1);
     CHECK(r == 0, "idle connection closed by the server");
     close(idle);
+
+    /* Chunks due at once leave in one write; chunks produced apart, apart. */
+    v.burst_writes = v.drip_writes = -1;
+    char sresp[8192];
+    int sn = stream_roundtrip(port, "GET /burst HTTP/1.1\r\nHost: x\r\n\r\n", sresp, sizeof sresp);
+    CHECKF(sn > 0 && count_of(sresp, "data: t\n\n") == 16 && count_of(sresp, "[DONE]") == 1 &&
+               strstr(sresp, "\r\n0\r\n\r\n"),
+           "burst stream arrives whole (%d bytes)", sn);
+    CHECKF(__atomic_load_n(&v.burst_writes, __ATOMIC_SEQ_CST) == 1,
+           "16 chunks and the end produced at once: one write (%d)", v.burst_writes);
+    sn = stream_roundtrip(port, "GET /drip HTTP/1.1\r\nHost: x\r\n\r\n", sresp, sizeof sresp);
+    CHECKF(sn > 0 && count_of(sresp, "data: t\n\n") == 4 && strstr(sresp, "\r\n0\r\n\r\n"),
+           "drip stream arrives whole (%d bytes)", sn);
+    for (int i = 0; i < 100 && __atomic_load_n(&v.drip_writes, __ATOMIC_SEQ_CST) < 0; i++)
+        usleep(1000);
+    /* The head alone, chunks 1-3 one each, chunk 4 with the end. */
+    CHECKF(__atomic_load_n(&v.drip_writes, __ATOMIC_SEQ_CST) == 5,
+           "chunks 2 ms apart: one write each (%d writes for head + 4 chunks + end)", v.drip_writes);
 
     int n = roundtrip(port, "GET /quit HTTP/1.1\r\nConnection: close\r\n\r\n", resp, sizeof resp);
     CHECK(n > 0 && strstr(resp, "Connection: close"), "connection: close honoured");

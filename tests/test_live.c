@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "replay/loop.h"
+#include "replay/records.h"
 #include "replay/replay.h"
 #include "replay/sse.h"
 #include "replay/target.h"
@@ -635,11 +636,101 @@ static void test_interrupt(void)
     json_decref(run);
 }
 
+/* The records writer's direct formatter (used by load at thousands of
+ * calls a second) gives Jansson's bytes, on random records; a buffered
+ * writer keeps every line and the observer sees each record. */
+static void obs_count(void *arg, const struct replay_record *r) { (*(int *)arg)++; }
+
+static void test_records_format(void)
+{
+    static const char *strs[] = {"", "s0@0", "agent-7@12", "HTTP 500: boom", "caf\xc3\xa9", "a\"b",
+                                 "back\\slash", "tab\there", "\x7f", "transport: Couldn't connect"};
+    uint64_t x = 99;
+    int same = 0, diff = 0, direct = 0;
+    int64_t ct[40];
+    for (int it = 0; it < 3000; it++) {
+        uint64_t v[24];
+        for (int k = 0; k < 24; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            v[k] = x >> 11;
+        }
+        int64_t chunks = (int64_t)(v[8] % 40);
+        for (int64_t i = 0; i < chunks; i++)
+            ct[i] = (int64_t)(v[9] % 4000000000000ull) + i * 1000 - (i == 3 ? (int64_t)v[10] : 0);
+        struct replay_record r = {
+            .session = v[0] % 7 ? strs[v[0] % 4] : strs[v[0] % 10],
+            .lane = (int)(v[1] % 5) - 1,
+            .call = (uint32_t)v[2],
+            .tree = (int64_t)(v[3] % 1000),
+            .intended_start_ns = (int64_t)v[4] - (int64_t)(v[5] % 1000),
+            .start_ns = (int64_t)v[4],
+            .first_token_ns = v[6] % 3 ? (int64_t)(v[6] % 100000000000ull) : -1,
+            .end_ns = (int64_t)v[7],
+            .chunks = chunks,
+            .prompt_tokens = (int64_t)(v[11] % 200000),
+            .cached_tokens = v[12] % 4 ? (int64_t)(v[12] % 9999) : -1,
+            .output_tokens = (int64_t)(v[13] % 5000),
+            .max_tokens = (int64_t)(v[14] % 5000),
+            .replica = (int)(v[15] % 9) - 1,
+            .preemptions = (int64_t)(v[16] % 3),
+            .warmup = v[17] % 2,
+            .cancelled = v[17] % 3 == 0,
+            .overflow = v[17] % 5 == 0,
+            .error = v[18] % 3 ? NULL : strs[v[18] % 10],
+            .model = v[19] % 2 ? NULL : strs[v[19] % 10],
+            .chunk_times_ns = v[20] % 4 ? ct : NULL,
+            .live = v[21] % 2,
+            .http_status = (int)(v[22] % 600),
+            .server_prompt_tokens = v[23] % 3 ? (int64_t)(v[23] % 777) : -1,
+            .server_output_tokens = v[23] % 5 ? (int64_t)(v[23] % 555) : -1,
+        };
+        bool cts = it % 2;
+        char *a = records_json_line(&r, cts, false), *b = records_json_line(&r, cts, true);
+        if (a && b && !strcmp(a, b))
+            same++;
+        else if (!diff++)
+            fprintf(stderr, "direct: %s\njansson: %s\n", a, b);
+        direct += !strchr(r.session, '\\') && !strchr(r.session, '"') && !(r.session[0] & 0x80);
+        free(a);
+        free(b);
+    }
+    CHECKF(diff == 0 && same == 3000, "direct record lines equal Jansson's (%d equal, %d differ)", same, diff);
+    CHECKF(direct > 2000, "most random records take the direct path (%d)", direct);
+
+    char path[400];
+    snprintf(path, sizeof path, "%s/buffered.jsonl", tmpdir);
+    char err[ERR_LEN];
+    struct records_writer *w = records_open(path, false, err);
+    CHECK(w != NULL, "records_open");
+    if (!w)
+        return;
+    records_set_buffered(w, 65536);
+    int seen = 0;
+    records_set_observer(w, obs_count, &seen);
+    struct replay_record r = {.session = "s@1", .lane = 1, .first_token_ns = 5, .end_ns = 9, .model = "m"};
+    for (int i = 0; i < 100; i++) {
+        r.call = (uint32_t)i;
+        records_write(w, &r, err);
+    }
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size == 0, "buffered: 100 lines (< 64 KiB) wait for the flush");
+    CHECK(records_flush(w, err) == 0, "records_flush");
+    long lines_flushed = 0;
+    FILE *f = fopen(path, "r");
+    for (int ch; f && (ch = fgetc(f)) != EOF;)
+        lines_flushed += ch == '\n';
+    if (f)
+        fclose(f);
+    CHECKF(lines_flushed == 100, "after records_flush: every line on disk (%ld)", lines_flushed);
+    CHECK(records_close(w, err) == 0 && seen == 100, "observer saw every record");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/agentreplay-test-live-%d", (int)getpid());
     mkdir(tmpdir, 0755);
+    test_records_format();
     test_loop_real();
     if (access(test_bin(), X_OK) != 0) {
         SKIP("agentreplay binary not found (AGENTREPLAY_BIN)");

@@ -168,9 +168,159 @@ static void test_templates(void)
     CHECK(!t.buf && !http_tpl_match(&t, ev, n), "freed template matches nothing");
 }
 
+/* Events as serve writes them (chat and completions), plus variants. */
+static const char *shape_events[] = {
+    "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\" a\"},\"finish_reason\":null}]}",
+    "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word\"},\"finish_reason\":null}]}",
+    "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+    "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"length\"}]}",
+    "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+    "\"choices\":[],\"usage\":{\"prompt_tokens\":128,\"completion_tokens\":16,\"total_tokens\":144,"
+    "\"prompt_tokens_details\":{\"cached_tokens\":64}}}",
+};
+
+static int same_event(const struct http_event *a, const struct http_event *b)
+{
+    return a->content == b->content && a->usage == b->usage && a->prompt_tokens == b->prompt_tokens &&
+           a->completion_tokens == b->completion_tokens && a->cached_tokens == b->cached_tokens;
+}
+
+/* Jansson's reading of ev; 0 if it does not parse to an object without
+ * an error. */
+static int jansson_event(const char *ev, size_t n, int chat, struct http_event *out)
+{
+    json_t *j = json_loadb(ev, n, 0, NULL);
+    int ok = json_is_object(j) && !json_object_get(j, "error");
+    if (ok)
+        http_event_of(j, chat, out);
+    json_decref(j);
+    return ok;
+}
+
+static void test_shapes(void)
+{
+    struct http_shape_set set;
+    memset(&set, 0, sizeof set);
+    int n_ev = (int)(sizeof shape_events / sizeof shape_events[0]);
+    for (int i = 0; i < n_ev; i++) {
+        const char *e = shape_events[i];
+        json_t *j = json_loads(e, 0, NULL);
+        CHECKF(http_shape_learn(&set, e, strlen(e), j, 1) == 1, "shape %d learned", i);
+        json_decref(j);
+    }
+    /* Another call, another second, other counts: recognised, and read as
+     * Jansson reads them. */
+    const char *later[] = {
+        "{\"id\":\"chatcmpl-99\",\"object\":\"chat.completion.chunk\",\"created\":1796033999,\"model\":\"fake\","
+        "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\" caf\xc3\xa9\"},\"finish_reason\":null}]}",
+        "{\"id\":\"chatcmpl-99\",\"object\":\"chat.completion.chunk\",\"created\":1796033999,\"model\":\"fake\","
+        "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":null}]}",
+        "{\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"fake\","
+        "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"length\"}]}",
+        "{\"id\":\"chatcmpl-99\",\"object\":\"chat.completion.chunk\",\"created\":1796033999,\"model\":\"fake\","
+        "\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":100,\"total_tokens\":107,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":0}}}",
+    };
+    for (int i = 0; i < 4; i++) {
+        struct http_event a, b;
+        size_t n = strlen(later[i]);
+        CHECKF(http_shape_match(&set, later[i], n, &a) == 1, "later event %d recognised", i);
+        CHECKF(jansson_event(later[i], n, 1, &b) && same_event(&a, &b), "later event %d read as Jansson does", i);
+    }
+    struct http_event ev;
+    const char *no[] = {
+        /* escapes, a leading zero, a float, spaces, an extra key, an error */
+        "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+        "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\\\"b\"},\"finish_reason\":null}]}",
+        "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+        "\"choices\":[],\"usage\":{\"prompt_tokens\":0128,\"completion_tokens\":16,\"total_tokens\":144,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":64}}}",
+        "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+        "\"choices\":[],\"usage\":{\"prompt_tokens\":12.5,\"completion_tokens\":16,\"total_tokens\":144,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":64}}}",
+        "{\"id\": \"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+        "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word\"},\"finish_reason\":null}]}",
+        "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1796033644,\"model\":\"fake\","
+        "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word\"},\"finish_reason\":null}],\"error\":1}",
+    };
+    for (int i = 0; i < 5; i++)
+        CHECKF(http_shape_match(&set, no[i], strlen(no[i]), &ev) == 0, "variant %d not recognised", i);
+    /* Not learned: escapes anywhere, a role key twice, a role key where
+     * Jansson reads none. */
+    const char *bad[] = {
+        "{\"id\":\"a\\/b\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}",
+        "{\"id\":\"a\",\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"other\":{\"content\":\"y\"}}",
+        "{\"id\":\"a\",\"choices\":[],\"other\":{\"prompt_tokens\":5}}",
+    };
+    struct http_shape_set one;
+    memset(&one, 0, sizeof one);
+    for (int i = 0; i < 3; i++) {
+        json_t *j = json_loads(bad[i], 0, NULL);
+        CHECKF(j && http_shape_learn(&one, bad[i], strlen(bad[i]), j, 1) == 0, "bad shape %d not learned", i);
+        json_decref(j);
+    }
+    /* Completions events. */
+    const char *comp = "{\"id\":\"cmpl-3\",\"object\":\"text_completion\",\"created\":5,\"model\":\"m\","
+                       "\"choices\":[{\"index\":0,\"text\":\" hi\",\"finish_reason\":null}]}";
+    json_t *cj = json_loads(comp, 0, NULL);
+    CHECK(http_shape_learn(&one, comp, strlen(comp), cj, 0) == 1, "completions shape learned");
+    json_decref(cj);
+    const char *comp2 = "{\"id\":\"cmpl-4\",\"object\":\"text_completion\",\"created\":6,\"model\":\"m\","
+                        "\"choices\":[{\"index\":0,\"text\":\" yo\",\"finish_reason\":null}]}";
+    CHECK(http_shape_match(&one, comp2, strlen(comp2), &ev) == 1 && ev.content && !ev.usage,
+          "completions content recognised");
+
+    /* Random mutations of every shape's event: whatever a shape accepts,
+     * Jansson parses to the same meaning. */
+    static const char alphabet[] = "ab \"\\{}[],:0123456789.e-\x01\x7f\x80\xc3\xa9\xe2\x82\xac\xed\xf0\xff";
+    uint64_t s = 777;
+    int accepted = 0, wrong = 0;
+    for (int it = 0; it < 40000; it++) {
+        const char *e = shape_events[it % n_ev];
+        size_t n = strlen(e);
+        char m[1200];
+        memcpy(m, e, n);
+        size_t len = n;
+        int edits = 1 + (int)(it % 3);
+        for (int k = 0; k < edits; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (s >> 33) % len;
+            char b = alphabet[(s >> 20) % (sizeof alphabet - 1)];
+            int op = (int)((s >> 10) % 3);
+            if (op == 0) {
+                m[at] = b;
+            } else if (op == 1 && len + 1 < sizeof m) {
+                memmove(m + at + 1, m + at, len - at);
+                m[at] = b;
+                len++;
+            } else if (len > 1) {
+                memmove(m + at, m + at + 1, len - at - 1);
+                len--;
+            }
+        }
+        struct http_event a, b;
+        if (http_shape_match(&set, m, len, &a)) {
+            accepted++;
+            if (!jansson_event(m, len, 1, &b) || !same_event(&a, &b)) {
+                if (!wrong++)
+                    fprintf(stderr, "shape accepted, Jansson disagrees: %.*s\n", (int)len, m);
+            }
+        }
+    }
+    CHECKF(accepted > 1000, "mutations accepted: %d", accepted);
+    CHECKF(wrong == 0, "accepted mutations Jansson reads otherwise: %d", wrong);
+    http_shape_set_free(&set);
+    http_shape_set_free(&one);
+    CHECK(http_shape_match(&set, shape_events[1], strlen(shape_events[1]), &ev) == 0,
+          "freed shapes match nothing");
+}
+
 int main(void)
 {
     test_templates();
+    test_shapes();
     struct sse p;
     struct got g;
     size_t n = strlen(openai);
