@@ -109,6 +109,7 @@ struct http_shape {
 struct http_shape_set {
     struct http_shape s[HTTP_SHAPES];
     int next;                   /* the slot the next shape replaces */
+    int last;                   /* the slot that matched last */
 };
 /* What an event means (as on_event reads it from Jansson). */
 struct http_event {

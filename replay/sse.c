@@ -1,6 +1,7 @@
 /* sse.c: incremental server-sent-events parser (see sse.h). */
 #include "replay/sse.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,26 @@ static int end_line(struct sse *p)
     return 0;
 }
 
+/* The first '\n' or '\r' in s[i..n), or n: eight bytes a step while none
+ * is in them (a zero byte of w ^ pattern marks a match; the test below
+ * has no false positives), then byte by byte. About 1.5 instructions a
+ * byte instead of 5 on event data. */
+static size_t line_end(const char *s, size_t i, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    while (i + 8 <= n) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        uint64_t a = w ^ (ones * '\n'), b = w ^ (ones * '\r');
+        if (((a - ones) & ~a & highs) | ((b - ones) & ~b & highs))
+            break;
+        i += 8;
+    }
+    while (i < n && s[i] != '\n' && s[i] != '\r')
+        i++;
+    return i;
+}
+
 int sse_feed(struct sse *p, const char *data, size_t n)
 {
     size_t i = 0;
@@ -102,9 +123,7 @@ int sse_feed(struct sse *p, const char *data, size_t n)
             }
         }
         /* The longest run without a line end. */
-        size_t j = i;
-        while (j < n && data[j] != '\n' && data[j] != '\r')
-            j++;
+        size_t j = line_end(data, i, n);
         if (j > i) {
             size_t len = j - i;
             int rc = reserve(p, p->data_len + p->line_len + len + 2);

@@ -12,9 +12,18 @@
  * getrusage of the load process, start-up and result writing included),
  * and the server's CPU seconds, and the 1-minute load average when the row
  * ended (the machine may be shared: wall-clock figures depend on it, CPU
- * per call much less). Prints a table. BENCH_QUICK=1 shortens it;
- * BENCH_TPOT_MS sets the server's time per output token in the open-loop
- * rows (default 1: every token its own packet). */
+ * per call much less), and the server's mode. Prints a table.
+ * BENCH_QUICK=1 shortens it.
+ *
+ * Server modes (the "server" column): the open-loop rows use the fast mode
+ * the issue allows, `serve --fake --fake-ttft-ms 0 --fake-tpot-ms 0`: all
+ * 16 tokens are due at once and leave in one write (httpd.c coalesces
+ * chunks produced in one loop iteration), so the generator still parses 19
+ * events a call but gets them in one or two packets (BENCH_TPOT_MS=1 runs
+ * these rows with a token every millisecond instead). One more row,
+ * "per-token", runs 1,000 calls/s with a token every millisecond, each in
+ * its own packet, as from a real server. The closed and agentic rows
+ * stream a token every 100 ms and 2 ms. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <jansson.h>
@@ -109,6 +118,7 @@ struct row {
     char what[64];
     double calls_s, lag_p50, lag_p99, lag_max, rss_mb, cpu_s, tokens, errors, records;
     double srv_cpu_s, loadavg;
+    char server[24];           /* the server's mode */
 };
 
 static pid_t g_srv;
@@ -204,10 +214,10 @@ static int run_load(int port, const char *trace, char *const *extra, struct row 
 
 static void print_row(const struct row *r)
 {
-    printf("%-26s %9.0f %9.3f %9.3f %9.3f %8.1f %7.2f %10.2f %8.0f %7.2f %7.0f %5.2f\n", r->what, r->calls_s,
+    printf("%-26s %9.0f %9.3f %9.3f %9.3f %8.1f %7.2f %10.2f %8.0f %7.2f %7.0f %5.2f  %s\n", r->what, r->calls_s,
            r->lag_p50, r->lag_p99, r->lag_max, r->rss_mb, r->cpu_s,
            r->tokens > 0 ? r->cpu_s / r->tokens * 1e6 : 0, r->records > 0 ? r->cpu_s / r->records * 1e6 : 0,
-           r->srv_cpu_s, r->errors, r->loadavg);
+           r->srv_cpu_s, r->errors, r->loadavg, r->server);
     fflush(stdout);
 }
 
@@ -229,15 +239,17 @@ int main(void)
            sysconf(_SC_NPROCESSORS_ONLN), (unsigned long long)rl.rlim_cur);
     printf("calls/s: calls sent per second of the schedule (open loop: compare with the offered\n"
            "rate; arrivals the generator could not keep up with are missing, not late).\n");
-    printf("%-26s %9s %9s %9s %9s %8s %7s %10s %8s %7s %7s %5s\n", "run", "calls/s", "lagP50ms", "lagP99ms",
-           "lagMaxms", "RSS MB", "CPU s", "CPUs/Mtok", "us/call", "srvCPU", "errors", "load");
+    printf("%-26s %9s %9s %9s %9s %8s %7s %10s %8s %7s %7s %5s  %s\n", "run", "calls/s", "lagP50ms", "lagP99ms",
+           "lagMaxms", "RSS MB", "CPU s", "CPUs/Mtok", "us/call", "srvCPU", "errors", "load", "server");
 
     /* 1. open loop, 128 / 16 */
     char t1[400];
     snprintf(t1, sizeof t1, "%s/short.jsonl", dir);
     write_trace(t1, 2000, 128, 16);
     pid_t srv;
-    const char *tpot = getenv("BENCH_TPOT_MS") ? getenv("BENCH_TPOT_MS") : "1";
+    const char *tpot = getenv("BENCH_TPOT_MS") ? getenv("BENCH_TPOT_MS") : "0";
+    char mode[24];
+    snprintf(mode, sizeof mode, "%s tpot %sms", atof(tpot) == 0 ? "fast" : "fake", tpot);
     int port = start_server(tpot, &srv);
     g_srv = srv;
     CHECK(port > 0, "server up");
@@ -247,6 +259,7 @@ int main(void)
         struct row r;
         memset(&r, 0, sizeof r);
         snprintf(r.what, sizeof r.what, "open-128/16-%s", rates[i]);
+        snprintf(r.server, sizeof r.server, "%s", mode);
         char arr[64];
         snprintf(arr, sizeof arr, "poisson:%s", rates[i]);
         char *extra[] = {"--arrival", arr, "--duration", quick ? "2" : "4", "--grace", "10", NULL};
@@ -264,6 +277,23 @@ int main(void)
     printf("NOTE highest open-loop rate with lag P99 < 1 ms and no errors: %.0f calls/s (target 5000)\n",
            best_ok_rate);
 
+    /* 1b. the same calls with a token every millisecond, each its own
+     * packet (19 events in ~18 reads a call) */
+    port = start_server("1", &srv);
+    g_srv = srv;
+    if (port > 0) {
+        struct row r;
+        memset(&r, 0, sizeof r);
+        snprintf(r.what, sizeof r.what, "per-token-128/16-1000");
+        snprintf(r.server, sizeof r.server, "fake tpot 1ms");
+        char *extra[] = {"--arrival", "poisson:1000", "--duration", quick ? "2" : "4", "--grace", "10", NULL};
+        if (run_load(port, t1, extra, &r, 60) == 0)
+            print_row(&r);
+        else
+            printf("%-26s failed\n", r.what);
+        stop(srv);
+    }
+
     /* 2. closed loop, 10,000 streams of 1k / 100 */
     char t2[400];
     snprintf(t2, sizeof t2, "%s/long.jsonl", dir);
@@ -274,6 +304,7 @@ int main(void)
         struct row r;
         memset(&r, 0, sizeof r);
         snprintf(r.what, sizeof r.what, "closed-1k/100-x%s", quick ? "2000" : "10000");
+        snprintf(r.server, sizeof r.server, "fake tpot 100ms");
         char *extra[] = {"--mode", "closed", "--concurrency", quick ? "2000" : "10000", "--duration", "6",
                          "--grace", "20", "--connect-timeout", "30", NULL};
         if (run_load(port, t2, extra, &r, 120) == 0) {
@@ -295,6 +326,7 @@ int main(void)
             struct row r;
             memset(&r, 0, sizeof r);
             snprintf(r.what, sizeof r.what, "agentic-sample-x64");
+            snprintf(r.server, sizeof r.server, "fake tpot 2ms");
             char *extra[] = {"--concurrency", "64", "--duration", quick ? "3" : "8", "--idle-cap", "0.5",
                              "--grace", "20", NULL};
             if (run_load(port, sample, extra, &r, 120) == 0)
