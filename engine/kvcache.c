@@ -19,6 +19,10 @@ void kv_init(struct kvcache *kv, int64_t total_units, int64_t ckpt_units)
     kv->t = xcalloc(kv->tcap, sizeof *kv->t);
     kv->q_cap = 1024;
     kv->q = xmalloc(kv->q_cap * sizeof *kv->q);
+    /* Every ring entry is defined (tombstones here): the reserved range of
+     * a park keeps whatever it held, and eviction's prefetch reads ahead. */
+    memset(kv->q, 0xff, kv->q_cap * sizeof *kv->q);
+    kv->park_free = KV_NONE;
 }
 
 void kv_free(struct kvcache *kv)
@@ -28,6 +32,8 @@ void kv_free(struct kvcache *kv)
     free(kv->next);
     free(kv->t);
     free(kv->q);
+    free(kv->parks);
+    free(kv->tags);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -119,51 +125,100 @@ static inline bool entry_live(const struct kvcache *kv, struct kv_lru_entry e)
     return (kv_st_flags(st) & KV_LRU) && kv_st_gen(st) == e.gen;
 }
 
-/* Drops dead entries (tombstones) in place, keeping the order of the
- * live ones (the write position never passes the read position); each
- * live block's position moves with it. */
+static void park_free(struct kvcache *kv, uint32_t id)
+{
+    struct kv_park *pk = &kv->parks[id];
+    pk->state = KV_PARK_FREE;
+    pk->blk = NULL;
+    pk->gen = NULL;
+    pk->next_free = kv->park_free;
+    kv->park_free = id;
+}
+
+/* Drops dead entries (tombstones, dead park ranges) in place, keeping the
+ * order of the live ones (the write position never passes the read
+ * position); each live block's position moves with it, a live park's
+ * range moves as a unit. */
 static void lru_compact(struct kvcache *kv)
 {
     struct kv_lru_entry *q = kv->q;
     uint32_t *pos = kv->next;
     const uint64_t m = kv->q_cap - 1, head = kv->q_head, len = kv->q_len;
-    uint64_t w = 0;
-    /* The live entries lie in at most two straight runs of the ring: read
-     * each run with a plain pointer (most entries are tombstones). */
-    uint64_t a = head & m, run1 = len < m + 1 - a ? len : m + 1 - a;
-    for (int part = 0; part < 2; part++) {
-        const struct kv_lru_entry *p = part ? q : q + a;
-        const struct kv_lru_entry *end = p + (part ? len - run1 : run1);
+    uint64_t w = 0, k = 0;
+    /* The entries lie in at most two straight runs of the ring (more when
+     * a park's range is skipped): read each run with a plain pointer (most
+     * entries are tombstones). */
+    while (k < len) {
+        uint64_t a = (head + k) & m, run = len - k < m + 1 - a ? len - k : m + 1 - a;
+        const struct kv_lru_entry *p = q + a, *end = p + run;
         for (; p < end; p++) {
-            if (p->block == KV_NONE)
-                continue;
+            if (p->block >= KV_PARK_MARK) {
+                if (p->block == KV_NONE)
+                    continue;
+                break;
+            }
             struct kv_lru_entry e = *p;
             q[(head + w) & m] = e;
             pos[e.block] = (uint32_t)(head + w);
             w++;
+        }
+        k += (uint64_t)(p - (q + a));
+        if (p < end) {
+            /* A park's marker: a live range moves whole, a dead one goes. */
+            struct kv_lru_entry e = *p;
+            struct kv_park *pk = &kv->parks[e.gen];
+            uint64_t span = pk->n;
+            if (pk->state == KV_PARK_LIVE) {
+                q[(head + w) & m] = e;
+                pk->base = head + w;
+                w += span;
+            } else {
+                park_free(kv, e.gen);
+            }
+            k += span;
         }
     }
     kv->q_len = w;
 }
 
 /* Unrolls the ring into one of cap entries starting at 0, dropping
- * tombstones. */
+ * tombstones and dead park ranges. */
 static void lru_regrow(struct kvcache *kv, uint64_t cap)
 {
     struct kv_lru_entry *nq = xmalloc(cap * sizeof *nq);
     uint32_t *pos = kv->next;
-    const uint64_t m = kv->q_cap - 1, len = kv->q_len, a = kv->q_head & m;
-    const uint64_t run1 = len < m + 1 - a ? len : m + 1 - a;
-    uint64_t w = 0;
-    /* The old ring's entries in order: at most two straight runs. */
-    for (int part = 0; part < 2; part++) {
-        const struct kv_lru_entry *p = part ? kv->q : kv->q + a;
-        const struct kv_lru_entry *end = p + (part ? len - run1 : run1);
+    const struct kv_lru_entry *q = kv->q;
+    const uint64_t m = kv->q_cap - 1, len = kv->q_len, head = kv->q_head;
+    uint64_t w = 0, k = 0;
+    /* The old ring's entries in order: straight runs, as in lru_compact. */
+    while (k < len) {
+        uint64_t a = (head + k) & m, run = len - k < m + 1 - a ? len - k : m + 1 - a;
+        const struct kv_lru_entry *p = q + a, *end = p + run;
         for (; p < end; p++) {
-            if (p->block == KV_NONE)
-                continue;
+            if (p->block >= KV_PARK_MARK) {
+                if (p->block == KV_NONE)
+                    continue;
+                break;
+            }
             pos[p->block] = (uint32_t)w;
             nq[w++] = *p;
+        }
+        k += (uint64_t)(p - (q + a));
+        if (p < end) {
+            struct kv_lru_entry e = *p;
+            struct kv_park *pk = &kv->parks[e.gen];
+            uint64_t span = pk->n;
+            if (pk->state == KV_PARK_LIVE) {
+                nq[w] = e;
+                /* Its range is read only through the park; keep it defined
+                 * for eviction's prefetch. */
+                memset(nq + w + 1, 0xff, (span - 1) * sizeof *nq);
+                pk->base = w;
+                w += span;
+            } else {
+                park_free(kv, e.gen);
+            }
+            k += span;
         }
     }
     free(kv->q);
@@ -298,6 +353,8 @@ void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint3
 
 void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
 {
+    if (kv->n_parks_live)
+        kv_unpark_all(kv); /* a block in use may be parked */
     uint64_t *st = kv->st;
     uint32_t *pos = kv->next;
     struct kv_lru_entry *q = kv->q;
@@ -318,6 +375,8 @@ void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
             taken++;
             ck += (int64_t)((s & ST_CKPT) != 0);
             s &= ~ST_LRU;
+        } else {
+            kv->share_events++;
         }
         bad |= (s & KV_REF_MASK) == KV_REF_MASK;
         st[i] = s + 1;
@@ -391,16 +450,18 @@ static void lru_take(struct kvcache *kv, uint32_t i)
 static inline void evict_prefetch(const struct kvcache *kv)
 {
     uint64_t m = kv->q_cap - 1;
+    /* (Inside a park's range entries are stale but defined: any block
+     * index below n_made is safe to prefetch.) */
     if (kv->q_len > KV_EVICT_AHEAD) {
         uint32_t b = kv->q[(kv->q_head + KV_EVICT_AHEAD) & m].block;
-        if (b != KV_NONE) {
+        if (b < kv->n_made) {
             kv_pf(&kv->st[b]);
             kv_pf(&kv->hash[b]);
         }
     }
     if (kv->q_len > KV_EVICT_AHEAD / 4) {
         uint32_t b = kv->q[(kv->q_head + KV_EVICT_AHEAD / 4) & m].block;
-        if (b != KV_NONE)
+        if (b < kv->n_made)
             kv_prefetch(kv, kv->hash[b]);
     }
 }
@@ -410,8 +471,19 @@ uint32_t kv_lru_oldest(struct kvcache *kv)
     while (kv->q_len) {
         evict_prefetch(kv);
         struct kv_lru_entry e = kv->q[kv->q_head & (kv->q_cap - 1)];
-        if (e.block != KV_NONE)
+        if (e.block < KV_PARK_MARK)
             return e.block;
+        if (e.block == KV_PARK_MARK) {
+            struct kv_park *pk = &kv->parks[e.gen];
+            if (pk->state == KV_PARK_LIVE) {
+                kv_park_split(kv, e.gen, 0); /* its blocks get their entries */
+            } else {
+                kv->q_head += pk->n;
+                kv->q_len -= pk->n;
+                park_free(kv, e.gen);
+            }
+            continue;
+        }
         kv->q_head++;
         kv->q_len--;
     }
@@ -455,6 +527,11 @@ static bool evict_one(struct kvcache *kv)
 void kv_acquire(struct kvcache *kv, uint32_t i)
 {
     uint64_t st = kv->st[i];
+    if (kv_st_ref(st) && kv->n_parks_live) {
+        kv_unpark_block(kv, i); /* it may be parked */
+        st = kv->st[i];
+    }
+    kv->share_events += kv_st_ref(st) != 0;
     if (kv_st_ref(st) == 0) {
         ASSERT(kv_st_flags(st) & KV_LRU);
         lru_take(kv, i);
@@ -507,11 +584,11 @@ void kv_release(struct kvcache *kv, uint32_t i)
     }
 }
 
-void kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash)
+bool kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash)
 {
     uint32_t f = kv_flags(kv, i);
     if (f & KV_HASHED)
-        return;
+        return true;
     if ((kv->tn + 1) * 2 > kv->tcap)
         table_grow(kv);
     /* One probe: find the content or the empty slot to insert at. */
@@ -520,12 +597,13 @@ void kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash)
     uint32_t p = home_of(k, m);
     for (; kv->t[p].key; p = (p + 1) & m)
         if (kv->t[p].key == k)
-            return;
+            return false;
     kv->t[p].key = k;
     kv->t[p].val = i;
     kv->tn++;
     kv->hash[i] = k;
     set_flags(kv, i, f | KV_HASHED);
+    return true;
 }
 
 int kv_checkpoint(struct kvcache *kv, uint32_t i)
@@ -546,6 +624,154 @@ int kv_checkpoint(struct kvcache *kv, uint32_t i)
     kv->n_ckpt++;
     kv->ckpt_made++;
     return 0;
+}
+
+/* ---- parks ---- */
+
+static inline bool tag_slot_busy(const struct kvcache *kv, const struct kv_tag_slot *t)
+{
+    return t->park < kv->n_parks && kv->parks[t->park].state == KV_PARK_LIVE &&
+           kv->parks[t->park].tag == t->tag;
+}
+
+uint32_t kv_park(struct kvcache *kv, const uint32_t *blk, uint32_t *gen, uint32_t n,
+                 uint32_t n_ck, uint32_t tag, uint64_t *serial)
+{
+    ASSERT(n > 0 && n_ck <= n);
+    if (!kv->tags) {
+        kv->tags = xmalloc(KV_TAG_SLOTS * sizeof *kv->tags);
+        for (int i = 0; i < KV_TAG_SLOTS; i++)
+            kv->tags[i] = (struct kv_tag_slot){KV_NONE, KV_NONE};
+    }
+    struct kv_tag_slot *ts = &kv->tags[tag & (KV_TAG_SLOTS - 1)];
+    if (tag_slot_busy(kv, ts))
+        return KV_NONE;
+    lru_reserve(kv, n);
+    uint32_t id = kv->park_free;
+    if (id != KV_NONE) {
+        kv->park_free = kv->parks[id].next_free;
+    } else {
+        if (kv->n_parks == kv->cap_parks) {
+            kv->cap_parks = kv->cap_parks ? kv->cap_parks * 2 : 64;
+            kv->parks = xrealloc(kv->parks, (size_t)kv->cap_parks * sizeof *kv->parks);
+        }
+        id = kv->n_parks++;
+    }
+    struct kv_park *pk = &kv->parks[id];
+    pk->base = kv->q_head + kv->q_len;
+    pk->serial = ++kv->park_serials;
+    pk->blk = blk;
+    pk->gen = gen;
+    pk->n = n;
+    pk->n_ck = n_ck;
+    pk->state = KV_PARK_LIVE;
+    pk->next_free = KV_NONE;
+    pk->tag = tag;
+    *ts = (struct kv_tag_slot){tag, id};
+    kv->q[pk->base & (kv->q_cap - 1)] = (struct kv_lru_entry){KV_PARK_MARK, id};
+    kv->q_len += n;
+    kv->n_lru += n;
+    kv->lru_units += (int64_t)n + (int64_t)n_ck * kv->ckpt_units;
+    kv->used_blocks -= n;
+    kv->n_parks_live++;
+    kv->n_parked += n;
+    kv->parks_made++;
+    *serial = pk->serial;
+    return id;
+}
+
+void kv_park_split(struct kvcache *kv, uint32_t id, uint32_t keep)
+{
+    struct kv_park *pk = &kv->parks[id];
+    ASSERT(pk->state == KV_PARK_LIVE && keep <= pk->n);
+    const uint32_t n = pk->n, *blk = pk->blk;
+    const uint64_t base = pk->base, m = kv->q_cap - 1;
+    uint64_t *st = kv->st;
+    uint32_t *pos = kv->next, *gen = pk->gen;
+    struct kv_lru_entry *q = kv->q;
+    uint32_t ck = 0;
+    /* blk[k] takes position base + (n - 1 - k): released tail first. */
+    for (uint32_t k = n; k-- > keep;) {
+        if (k >= keep + KV_CHAIN_AHEAD)
+            __builtin_prefetch(&st[blk[k - KV_CHAIN_AHEAD]]);
+        uint32_t i = blk[k];
+        uint64_t s = st[i];
+        ASSERT((s & (KV_REF_MASK | ST_HASHED | ST_LRU)) == (1 | ST_HASHED));
+        s = ((s - 1) | ST_LRU) + ST_GEN1;
+        st[i] = s;
+        uint64_t p = base + (n - 1 - k);
+        pos[i] = (uint32_t)p;
+        q_store(&q[p & m], i, s);
+        gen[k] = (uint32_t)(s >> KV_GEN_SHIFT);
+        ck += (s & ST_CKPT) != 0;
+    }
+    ASSERT(ck <= pk->n_ck);
+    pk->n_ck -= ck;
+    kv->n_parked -= n - keep;
+    kv->park_blocks_materialised += n - keep;
+    if (!keep) {
+        kv->n_parks_live--;
+        park_free(kv, id); /* its marker was overwritten by blk[n - 1]'s entry */
+    } else {
+        pk->base = base + (n - keep);
+        pk->n = keep;
+        q[pk->base & m] = (struct kv_lru_entry){KV_PARK_MARK, id};
+    }
+}
+
+void kv_unpark_block(struct kvcache *kv, uint32_t b)
+{
+    /* Only a block held once can be parked, and then it carries its
+     * park's tag; the tag's park is searched (the tag may be stale). */
+    if (kv_st_ref(kv->st[b]) != 1 || !kv->tags)
+        return;
+    uint32_t tag = kv->next[b];
+    const struct kv_tag_slot *ts = &kv->tags[tag & (KV_TAG_SLOTS - 1)];
+    if (ts->tag != tag || !tag_slot_busy(kv, ts))
+        return;
+    kv->unpark_scans++;
+    const struct kv_park *pk = &kv->parks[ts->park];
+    bool found = false;
+    for (uint32_t k = 0; k < pk->n; k++)
+        found |= pk->blk[k] == b;
+    if (found)
+        kv_park_split(kv, ts->park, 0);
+}
+
+void kv_unpark_all(struct kvcache *kv)
+{
+    kv->unpark_alls++;
+    for (uint32_t id = 0; id < kv->n_parks && kv->n_parks_live; id++)
+        if (kv->parks[id].state == KV_PARK_LIVE)
+            kv_park_split(kv, id, 0);
+}
+
+int64_t kv_adopt(struct kvcache *kv, uint32_t id)
+{
+    struct kv_park *pk = &kv->parks[id];
+    ASSERT(pk->state == KV_PARK_LIVE);
+    int64_t u = (int64_t)pk->n + (int64_t)pk->n_ck * kv->ckpt_units;
+    kv->lru_units -= u;
+    kv->n_lru -= pk->n;
+    kv->used_blocks += pk->n;
+    kv->n_parks_live--;
+    kv->n_parked -= pk->n;
+    kv->parks_adopted++;
+    pk->state = KV_PARK_DEAD;
+    return u;
+}
+
+void kv_unadopt(struct kvcache *kv, uint32_t id)
+{
+    struct kv_park *pk = &kv->parks[id];
+    ASSERT(pk->state == KV_PARK_DEAD && pk->blk);
+    kv->lru_units += (int64_t)pk->n + (int64_t)pk->n_ck * kv->ckpt_units;
+    kv->n_lru += pk->n;
+    kv->used_blocks -= pk->n;
+    kv->n_parks_live++;
+    kv->n_parked += pk->n;
+    kv->parks_adopted--;
+    pk->state = KV_PARK_LIVE;
 }
 
 int kv_verify(const struct kvcache *kv, char *err)
@@ -571,10 +797,83 @@ int kv_verify(const struct kvcache *kv, char *err)
                 ckpt_in_use++;
         }
     }
+    /* Live parks: each block hashed, off the LRU list, held once (by the
+     * park), in one park only. */
+    int64_t parked = 0, parked_ck = 0, n_live = 0, n_records = 0;
+    uint8_t *seen = kv->n_made ? xcalloc(kv->n_made, 1) : NULL;
+    int rc = 0;
+    for (uint32_t id = 0; id < kv->n_parks && !rc; id++) {
+        const struct kv_park *pk = &kv->parks[id];
+        if (pk->state == KV_PARK_FREE)
+            continue;
+        n_records++;
+        if (pk->n == 0) {
+            rc = err_set(err, "kv: park %u spans no positions", id);
+            break;
+        }
+        if (pk->state != KV_PARK_LIVE)
+            continue;
+        n_live++;
+        int64_t ck = 0;
+        for (uint32_t k = 0; k < pk->n; k++) {
+            uint32_t b = pk->blk[k];
+            if (b >= kv->n_made) {
+                rc = err_set(err, "kv: park %u names block %u of %u", id, b, kv->n_made);
+                break;
+            }
+            uint64_t st = kv->st[b];
+            if (kv_st_ref(st) != 1 || !(kv_st_flags(st) & KV_HASHED) ||
+                (kv_st_flags(st) & KV_LRU)) {
+                rc = err_set(err, "kv: parked block %u (park %u) has ref %u flags %#x", b, id,
+                             kv_st_ref(st), kv_st_flags(st));
+                break;
+            }
+            if (seen[b]++) {
+                rc = err_set(err, "kv: block %u parked twice", b);
+                break;
+            }
+            if (kv->next[b] != pk->tag) {
+                rc = err_set(err, "kv: parked block %u has tag %u, park %u %u", b, kv->next[b],
+                             id, pk->tag);
+                break;
+            }
+            ck += (kv_st_flags(st) & KV_CKPT) != 0;
+        }
+        const struct kv_tag_slot *ts = &kv->tags[pk->tag & (KV_TAG_SLOTS - 1)];
+        if (!rc && (ts->tag != pk->tag || ts->park != id))
+            rc = err_set(err, "kv: park %u's tag slot names park %u", id, ts->park);
+        if (!rc && ck != pk->n_ck)
+            rc = err_set(err, "kv: park %u has %lld checkpoints, counted %u", id, (long long)ck,
+                         pk->n_ck);
+        parked += pk->n;
+        parked_ck += ck;
+    }
+    free(seen);
+    if (rc)
+        return rc;
+    if (n_live != kv->n_parks_live || parked != kv->n_parked)
+        return err_set(err, "kv: %lld live parks of %lld blocks, counted %lld of %lld",
+                       (long long)n_live, (long long)parked, (long long)kv->n_parks_live,
+                       (long long)kv->n_parked);
+    int64_t markers = 0;
     for (uint64_t k = 0; k < kv->q_len; k++) {
         struct kv_lru_entry e = kv->q[(kv->q_head + k) & (kv->q_cap - 1)];
         if (e.block == KV_NONE)
             continue;  /* tombstone */
+        if (e.block == KV_PARK_MARK) {
+            if (e.gen >= kv->n_parks || kv->parks[e.gen].state == KV_PARK_FREE)
+                return err_set(err, "kv: queue marker at %llu names no park",
+                               (unsigned long long)(kv->q_head + k));
+            const struct kv_park *pk = &kv->parks[e.gen];
+            if (pk->base != kv->q_head + k || k + pk->n > kv->q_len)
+                return err_set(err, "kv: park %u at %llu records base %llu, spans %u of %llu",
+                               e.gen, (unsigned long long)(kv->q_head + k),
+                               (unsigned long long)pk->base, pk->n,
+                               (unsigned long long)(kv->q_len - k));
+            markers++;
+            k += pk->n - 1; /* its range */
+            continue;
+        }
         if (e.block >= kv->n_made)
             return err_set(err, "kv: LRU entry names block %u of %u", e.block, kv->n_made);
         if (!entry_live(kv, e))
@@ -588,6 +887,9 @@ int kv_verify(const struct kvcache *kv, char *err)
         lru++;
         lru_units += units_of(kv, f);
     }
+    if (markers != n_records)
+        return err_set(err, "kv: %lld park markers on the queue, %lld parks", (long long)markers,
+                       (long long)n_records);
     int64_t empty = 0;
     for (uint32_t i = kv->empty_head; i != KV_NONE; i = kv->next[i]) {
         if (kv_st_ref(kv->st[i]) || kv_st_flags(kv->st[i]))
@@ -595,6 +897,12 @@ int kv_verify(const struct kvcache *kv, char *err)
         if (++empty > kv->n_made)
             return err_set(err, "kv: empty stack has a cycle");
     }
+    /* Parked blocks are counted as free cached blocks, though their words
+     * still say in use. */
+    in_use -= parked;
+    ckpt_in_use -= parked_ck;
+    lru += parked;
+    lru_units += parked + parked_ck * kv->ckpt_units;
     if (in_use != kv->used_blocks)
         return err_set(err, "kv: %lld blocks in use, counted %lld", (long long)in_use,
                        (long long)kv->used_blocks);

@@ -20,7 +20,25 @@
  * it. Where checkpoints are placed is the scheduler's choice (sched.h).
  *
  * Block structs are created on first use, so a huge pool costs memory only
- * for the blocks a run touches. */
+ * for the blocks a run touches.
+ *
+ * Parks: a finished request's prefix blocks [0, n) (all hashed, each held
+ * by that request alone) can be released as a unit instead of block by
+ * block. A park counts as n free cached blocks (n_lru, lru_units) at once
+ * and reserves the n queue positions the blocks would have taken (tail
+ * first), but leaves the block words as they were (ref 1, no KV_LRU, the
+ * generation not bumped) and writes only a marker entry at its first
+ * position. The session's next call adopts the park whole (kv_adopt) and
+ * holds the blocks again without touching them. Anything that needs the
+ * blocks' own state first materialises the park: the blocks get exactly
+ * the words, queue entries and generations a block-by-block release would
+ * have given them, at the reserved positions, so the eviction order is
+ * unchanged. That happens when eviction reaches the marker, when a lookup
+ * takes a block that is in use while parks are live (it may be parked:
+ * kv_unpark_block), when the owner's hint is dropped, and for the part of a
+ * park that its adopter does not match (kv_park_split). Compaction moves
+ * a live park's range as a unit. An adopted park leaves a dead range that
+ * eviction and compaction skip. */
 #ifndef KVCACHE_H
 #define KVCACHE_H
 
@@ -63,6 +81,31 @@ struct kv_slot {
 struct kv_lru_entry {
     uint32_t block, gen;
 };
+/* Queue entry block value of a park's marker (its gen field: the park's
+ * index); it sits at the first of the park's reserved positions. */
+#define KV_PARK_MARK (UINT32_MAX - 1)
+
+enum { KV_PARK_FREE = 0, KV_PARK_LIVE, KV_PARK_DEAD };
+
+/* A park (see the top of this file). Its blocks belong to the owner that
+ * parked them, which keeps `blk` and `gen` alive while the park is live. */
+struct kv_park {
+    uint64_t base;        /* queue position of its marker (blk[n - 1]'s) */
+    uint64_t serial;      /* unique among the pool's parks (0: never used) */
+    const uint32_t *blk;  /* blocks [0, n), in token order */
+    uint32_t *gen;        /* receives gen[k] of blk[k] when materialised */
+    uint32_t n;           /* live: blocks parked; dead: positions spanned */
+    uint32_t n_ck;        /* live: of them, blocks with a checkpoint */
+    uint32_t state;       /* KV_PARK_* */
+    uint32_t next_free;
+    uint32_t tag;         /* its owner's tag (kv_tag) */
+};
+/* Live park by owner tag: direct-mapped; a park whose slot is taken by
+ * another live park is not made (the caller releases block by block). */
+#define KV_TAG_SLOTS 4096
+struct kv_tag_slot {
+    uint32_t tag, park;
+};
 
 struct kvcache {
     int64_t total_units;     /* pool size in block units */
@@ -75,7 +118,8 @@ struct kvcache {
                                 bumped at each release to the LRU queue) */
     uint64_t *hash;          /* per block: content hash (with KV_HASHED) */
     uint32_t *next;          /* per block: empty stack link; for a block on
-                                the LRU queue, its position (low 32 bits) */
+                                the LRU queue, its position (low 32 bits);
+                                for a block in use, its holder's tag */
     uint32_t n_made, cap_made;
     uint32_t empty_head;     /* stack of empty made blocks */
     struct kv_lru_entry *q;  /* LRU queue: ring of q_cap (power of 2) */
@@ -84,8 +128,19 @@ struct kvcache {
     int64_t n_lru;           /* free cached blocks (live entries) */
     struct kv_slot *t;       /* hash -> block, linear probing */
     uint32_t tcap, tn;       /* capacity (power of 2), entries */
+    /* Parks. */
+    struct kv_park *parks;   /* records; a dead one lives until its marker is passed */
+    uint32_t n_parks, cap_parks, park_free;
+    int64_t n_parks_live;
+    int64_t n_parked;        /* blocks in live parks */
+    uint64_t park_serials;
+    struct kv_tag_slot *tags; /* KV_TAG_SLOTS, made at the first park */
+    uint32_t tag_serial;     /* tags handed out */
+    uint64_t share_events;   /* takes of a block already in use (a block got a
+                                second holder); parkers compare it */
     /* Counters. */
     int64_t evictions, ckpt_evictions, ckpt_made;
+    int64_t parks_made, parks_adopted, park_blocks_materialised, unpark_alls, unpark_scans;
 };
 
 void kv_init(struct kvcache *kv, int64_t total_units, int64_t ckpt_units);
@@ -150,12 +205,34 @@ void kv_release(struct kvcache *kv, uint32_t i);
 void kv_release_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n, uint32_t *gen_out);
 /* Acquires blk[0 .. n). */
 void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n);
+/* Tags: a holder that may park its blocks marks each block it holds
+ * alone with its tag (kept in the block's `next` word while in use), so
+ * that kv_unpark_block finds the one park a block may be in. A fresh
+ * tag, never KV_NONE: */
+static inline uint32_t kv_tag_new(struct kvcache *kv)
+{
+    if (++kv->tag_serial == KV_NONE)
+        kv->tag_serial = 1;
+    return kv->tag_serial;
+}
+/* Marks block i (in use) as held by `tag`. */
+static inline void kv_tag(struct kvcache *kv, uint32_t i, uint32_t tag) { kv->next[i] = tag; }
+/* Materialises every live park. */
+void kv_unpark_all(struct kvcache *kv);
+/* Materialises the live park that holds block b, if any (call before
+ * taking a block that is in use while parks are live). */
+void kv_unpark_block(struct kvcache *kv, uint32_t b);
 /* Takes one more reference on block i, as kv_acquire() does, and returns
  * the units it stopped being evictable for (kv_block_lru_units before). */
 static inline int64_t kv_take(struct kvcache *kv, uint32_t i)
 {
     uint64_t s = kv->st[i];
     int64_t u = 0;
+    if ((s & KV_REF_MASK) && kv->n_parks_live) {
+        kv_unpark_block(kv, i); /* it may be parked: give it its own state */
+        s = kv->st[i];
+    }
+    kv->share_events += (s & KV_REF_MASK) != 0;
     if (!(s & KV_REF_MASK)) {
         ASSERT(kv_st_flags(s) & KV_LRU);
         kv->q[kv->next[i] & (kv->q_cap - 1)].block = KV_NONE; /* entry dies */
@@ -175,8 +252,8 @@ static inline int64_t kv_take(struct kvcache *kv, uint32_t i)
 void kv_untake_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n);
 /* Registers a full block's content hash. If another block already holds
  * that content, the table keeps the older one and this block stays
- * unhashed. */
-void kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash);
+ * unhashed. Returns whether block i is hashed afterwards. */
+bool kv_commit(struct kvcache *kv, uint32_t i, uint64_t hash);
 /* Attaches a state checkpoint to hashed block i (in use), evicting other
  * cached blocks if needed. Returns 0, or -1 if there is no room (then no
  * checkpoint is made). */
@@ -185,6 +262,29 @@ static inline bool kv_has_ckpt(const struct kvcache *kv, uint32_t i)
 {
     return (kv_flags(kv, i) & KV_CKPT) != 0;
 }
+
+/* Parks blk[0 .. n) (see the top of this file): each block hashed, held
+ * only by the caller (ref 1) and marked with its tag, n_ck of them with a
+ * checkpoint. The caller keeps blk and gen alive while the park is live.
+ * Returns the park's index (*serial receives its serial), or KV_NONE
+ * when no park was made (another live park has the tag's slot): then
+ * nothing changed. */
+uint32_t kv_park(struct kvcache *kv, const uint32_t *blk, uint32_t *gen, uint32_t n,
+                 uint32_t n_ck, uint32_t tag, uint64_t *serial);
+/* Whether park `id` with `serial` is live. */
+static inline bool kv_park_live(const struct kvcache *kv, uint32_t id, uint64_t serial)
+{
+    return id < kv->n_parks && kv->parks[id].serial == serial &&
+           kv->parks[id].state == KV_PARK_LIVE;
+}
+/* Materialises blocks [keep, n) of live park id (as if released one by
+ * one then); the park keeps blk[0 .. keep) (keep 0: all, the park ends). */
+void kv_park_split(struct kvcache *kv, uint32_t id, uint32_t keep);
+/* The caller takes over live park id's blocks (ref 1 each) whole; returns
+ * the units they stopped being evictable for. The park's range is dead. */
+int64_t kv_adopt(struct kvcache *kv, uint32_t id);
+/* Undoes kv_adopt(id), provided nothing was evicted or compacted since. */
+void kv_unadopt(struct kvcache *kv, uint32_t id);
 
 /* Walks every structure and checks the counts agree; 0 or -1 with err. */
 int kv_verify(const struct kvcache *kv, char *err);

@@ -361,10 +361,15 @@ static void commit_blocks(struct sched *s, struct sreq *q)
     for (uint32_t i = q->n_committed; i < full; i++) {
         if (i + 8 < full)
             kv_prefetch(&s->kv, q->hash[i + 8]);
-        kv_commit(&s->kv, q->blk[i], q->hash[i]);
+        bool hashed = kv_commit(&s->kv, q->blk[i], q->hash[i]);
+        if (i == q->hp && hashed)
+            q->hp++;
         if (s->kv.ckpt_units && (int64_t)i + 1 <= q->prompt_full &&
-            (((int64_t)i + 1) % s->p.ckpt_interval == 0 || (int64_t)i + 1 == q->prompt_full))
-            kv_checkpoint(&s->kv, q->blk[i]);
+            (((int64_t)i + 1) % s->p.ckpt_interval == 0 || (int64_t)i + 1 == q->prompt_full)) {
+            bool had = kv_has_ckpt(&s->kv, q->blk[i]);
+            if (kv_checkpoint(&s->kv, q->blk[i]) == 0 && !had && i < q->hp)
+                q->ck_hp++;
+        }
     }
     q->n_committed = full;
 }
@@ -388,6 +393,9 @@ static void hint_drop(struct sched *s, struct sreq *h)
     uint32_t k = hint_slot(h->hint_key);
     if (s->hint[k] == h)
         s->hint[k] = NULL;
+    /* Its park (if not adopted) becomes cached blocks one by one. */
+    if (kv_park_live(&s->kv, h->park_id, h->park_serial))
+        kv_park_split(&s->kv, h->park_id, 0);
     sreq_destroy(h);
 }
 
@@ -432,14 +440,29 @@ static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
 static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engine_status st)
 {
     q->hint_n = q->n_committed < q->n_blk ? q->n_committed : q->n_blk;
-    release_blocks(s, q, q->gen);
+    bool keep = s->p.prefix_caching && q->hint_n && s->p.hint_budget > 0;
+    if (keep && q->hp && q->hp <= q->n_blk && !q->no_park &&
+        q->share_epoch == s->kv.share_events) {
+        /* Released tail first as always: the blocks after the hashed
+         * prefix one by one, then the prefix as a park that the session's
+         * next call adopts whole (kvcache.h). */
+        uint32_t hp = q->hp;
+        kv_release_chain(&s->kv, q->blk + hp, q->n_blk - hp, q->gen + hp);
+        q->park_id = kv_park(&s->kv, q->blk, q->gen, hp, q->ck_hp, q->tag, &q->park_serial);
+        if (q->park_id == KV_NONE) /* no park: the prefix one by one */
+            kv_release_chain(&s->kv, q->blk, hp, q->gen);
+        q->n_blk = 0;
+        q->n_committed = 0;
+    } else {
+        release_blocks(s, q, q->gen);
+    }
     q->state = SREQ_DONE;
     s->outstanding--;
     s->finished++;
     struct engine_request *r = q->r;
     r->priv = NULL;
     /* Keep it as its session's hint (it no longer refers to r). */
-    if (s->p.prefix_caching && q->hint_n && s->p.hint_budget > 0) {
+    if (keep) {
         hint_put(s, q, r->session_key);
         q->r = NULL;
     } else {
@@ -472,6 +495,7 @@ static bool grow_blocks(struct sched *s, struct sreq *q, int64_t tokens)
     while (q->n_blk < want) {
         uint32_t b = kv_alloc(&s->kv);
         ASSERT(b != KV_NONE);
+        kv_tag(&s->kv, b, q->tag);
         q->blk[q->n_blk++] = b;
     }
     return true;
@@ -487,6 +511,10 @@ static void trim_blocks(struct sched *s, struct sreq *q, int64_t tokens)
     }
     if (q->n_committed > q->n_blk)
         q->n_committed = q->n_blk;
+    if (q->hp > q->n_blk) {
+        q->hp = q->n_blk;
+        q->no_park = true; /* its checkpoint count is no longer known */
+    }
 }
 
 static void batch_push(struct sched *s, struct sreq *q)
@@ -510,8 +538,12 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
      * stopped being evictable for. The caller keeps them, or gives them
      * back with kv_untake_chain() when the request cannot be admitted. */
     int64_t pinned = 0;
+    q->hp = q->ck_hp = 0;
+    q->no_park = false;
     if (!s->p.prefix_caching)
         return;
+    q->share_epoch = s->kv.share_events;
+    uint32_t ck_all = 0; /* matched blocks with a checkpoint */
     int bs = s->p.block_size;
     int64_t cap = (q->num_tokens - 1) / bs;
     int64_t known = q->num_tokens / bs;
@@ -551,10 +583,28 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     /* A head blocked for blocks retries every step: reuse its last match
      * while nothing was evicted (an eviction is the only way a matched
      * block leaves the table). */
-    if (q->hit_epoch == s->kv.evictions + 1) {
+    bool retry = q->hit_epoch == s->kv.evictions + 1;
+    if (!retry)
+        q->adopt_n = 0;
+    if (retry) {
         m = q->hit_m;
-        for (uint32_t k = 0; k < m; k++)
-            pinned += kv_take(&s->kv, q->blk[k]);
+        uint32_t k0 = 0;
+        if (q->adopt_n) {
+            /* Its park, if still parked (what was materialised since is
+             * taken block by block). */
+            if (kv_park_live(&s->kv, q->adopt_id, q->adopt_serial)) {
+                k0 = s->kv.parks[q->adopt_id].n;
+                ASSERT(k0 <= q->adopt_n);
+                ck_all += s->kv.parks[q->adopt_id].n_ck;
+                pinned += kv_adopt(&s->kv, q->adopt_id);
+            }
+            q->adopt_n = k0;
+        }
+        for (uint32_t k = k0; k < m; k++) {
+            int64_t u = kv_take(&s->kv, q->blk[k]);
+            pinned += u;
+            ck_all += u > 1;
+        }
     } else if (h) {
         /* The session's previous request: same hashes, blocks that still
          * hold them. */
@@ -564,20 +614,52 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
                 lim = (uint32_t)cap;
             if (lim > q->n_hash)
                 lim = q->n_hash;
+            struct kvcache *kv = &s->kv;
+            if (kv_park_live(kv, h->park_id, h->park_serial)) {
+                /* The hint's blocks [0, n) are parked, unchanged since: the
+                 * walk below would take blk[0, a) for a = n capped at lim
+                 * and at the first differing hash past the copied ones.
+                 * Adopt those whole; the rest become cached blocks as a
+                 * release one by one would have left them. */
+                struct kv_park *pk = &kv->parks[h->park_id];
+                uint32_t a = pk->n < lim ? pk->n : lim;
+                for (uint32_t k = copied; k < a; k++)
+                    if (h->hash[k] != q->hash[k]) {
+                        a = k;
+                        break;
+                    }
+                if (a < pk->n)
+                    kv_park_split(kv, h->park_id, a);
+                if (a) {
+                    ck_all += pk->n_ck;
+                    pinned += kv_adopt(kv, h->park_id);
+                    memcpy(q->blk, h->blk, (size_t)a * sizeof *q->blk);
+                    q->adopt_id = h->park_id;
+                    q->adopt_serial = h->park_serial;
+                    q->adopt_n = a;
+                    m = a;
+                }
+            }
             /* kv_take() block by block, with the pool's counters kept in
              * registers (stores to the block words could alias them) and
              * applied once after the walk. */
-            struct kvcache *kv = &s->kv;
             uint64_t *stw = kv->st;
             const uint32_t *qpos = kv->next;
             struct kv_lru_entry *lq = kv->q;
             const uint64_t qm = kv->q_cap - 1;
             const uint64_t lru_bit = (uint64_t)KV_LRU << KV_FLAG_SHIFT;
-            int64_t taken = 0, ck = 0;
+            int64_t taken = 0, ck = 0, shared = 0;
+            /* A block in use may be parked by someone else while parks are
+             * live (not while this hint is, but exactness does not rely on
+             * it): its park is materialised first. */
 #define HINT_TAKE(m)                                                            \
     ({                                                                          \
         uint32_t b_ = h->blk[m];                                                \
         uint64_t st_ = stw[b_];                                                 \
+        if (__builtin_expect((st_ & KV_REF_MASK) && kv->n_parks_live, 0)) {     \
+            kv_unpark_block(kv, b_);                                            \
+            st_ = stw[b_];                                                      \
+        }                                                                       \
         bool ok_ = (kv_st_flags(st_) & KV_HASHED) && kv_st_gen(st_) == h->gen[m]; \
         if (ok_) {                                                              \
             if (!(st_ & KV_REF_MASK)) {                                         \
@@ -586,6 +668,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
                 taken++;                                                        \
                 ck += (kv_st_flags(st_) & KV_CKPT) != 0;                        \
                 st_ &= ~lru_bit;                                                \
+            } else {                                                            \
+                shared++;                                                       \
             }                                                                   \
             ASSERT((st_ & KV_REF_MASK) != KV_REF_MASK);                         \
             stw[b_] = st_ + 1;                                                  \
@@ -598,13 +682,16 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
              * then the rest, comparing hashes. */
             uint32_t fast = lim < copied ? lim : copied;
             fast = fast > HINT_AHEAD ? fast - HINT_AHEAD : 0;
+            bool stop = false;
             while (m < fast) {
                 __builtin_prefetch(&stw[h->blk[m + HINT_AHEAD]]);
-                if (!HINT_TAKE(m))
+                if (!HINT_TAKE(m)) {
+                    stop = true;
                     break;
+                }
                 m++;
             }
-            if (m == fast) {
+            if (!stop) {
                 while (m < lim && (m < copied || h->hash[m] == q->hash[m])) {
                     if (m + HINT_AHEAD < lim)
                         __builtin_prefetch(&stw[h->blk[m + HINT_AHEAD]]);
@@ -618,6 +705,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
             kv->lru_units -= u;
             kv->n_lru -= taken;
             kv->used_blocks += taken;
+            kv->share_events += (uint64_t)shared;
+            ck_all += (uint32_t)ck;
             pinned += u;
             s->hint_hits += m;
         }
@@ -632,10 +721,18 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
         uint32_t b = kv_lookup(&s->kv, q->hash[m]);
         if (b == KV_NONE)
             break;
-        pinned += kv_take(&s->kv, b);
+        int64_t u = kv_take(&s->kv, b);
+        pinned += u;
+        ck_all += u > 1;
         q->blk[m++] = b;
     }
     *pinned_out = pinned;
+    /* All matched blocks are hashed. (Checkpoints on blocks taken while
+     * in use are not counted, but such a take rules parking out.) An
+     * adopted park's blocks carry its tag, which q takes over. */
+    q->hp = m;
+    q->ck_hp = ck_all;
+    q->tag = q->adopt_n ? s->kv.parks[q->adopt_id].tag : kv_tag_new(&s->kv);
     q->hit_m = m;
     q->hit_epoch = s->kv.evictions + 1;
     uint32_t j = m;
@@ -707,10 +804,14 @@ static bool schedule(struct sched *s, int64_t now)
              * was available less their evictable units (pinned). */
             (void)pinned;
             if (need > kv_available(&s->kv)) {
-                kv_untake_chain(&s->kv, q->blk, m);
+                kv_untake_chain(&s->kv, q->blk + q->adopt_n, m - q->adopt_n);
+                if (q->adopt_n)
+                    kv_unadopt(&s->kv, q->adopt_id);
                 break;
             }
             q->n_blk = m;
+            for (uint32_t k = q->adopt_n; k < m; k++)
+                kv_tag(&s->kv, q->blk[k], q->tag);
             q->n_committed = j; /* hybrid: recomputed blocks may still get checkpoints */
             q->num_computed = start;
             ASSERT(grow_blocks(s, q, start + num_new));

@@ -123,6 +123,19 @@ struct sreq {
     uint32_t src_same;       /* ids [0, src_same) equal that hint's */
     int64_t hit_epoch;       /* kv evictions + 1 then (0: none); while no block
                                 was evicted since, blk[0, hit_m) still match */
+    uint32_t adopt_id;       /* park adopted at the last admission attempt: */
+    uint32_t adopt_n;        /*   blk[0, adopt_n) (0: none) */
+    uint64_t adopt_serial;
+    /* Parking (kvcache.h): at the end, blk[0, hp) go to one park when each
+     * is held by this request alone (no block got a second holder since
+     * its blocks were matched: share_epoch). */
+    uint32_t hp;             /* blocks [0, hp) are hashed */
+    uint32_t ck_hp;          /* of them, blocks with a checkpoint */
+    uint64_t share_epoch;    /* kv share_events when its blocks were matched */
+    bool no_park;
+    uint32_t tag;            /* marks the blocks it holds alone (kv_tag) */
+    uint32_t park_id;        /* as a hint: its park (with park_serial; 0: none) */
+    uint64_t park_serial;
     /* This step. */
     int64_t step_new;        /* tokens computed this step */
     bool step_decode;        /* a decode (verification) step */
