@@ -452,6 +452,7 @@ struct engine *engine_create(const struct engine_config *cfg, struct loop *l, ch
         .ckpt_units = e->plan.ckpt_blocks,
         .kv_units = e->plan.kv_blocks,
         .stepwise = c.stepwise,
+        .no_parks = c.no_parks,
         .spec = &e->spec,
         /* Session hints: 64 MB over the deployment, at least 2 MB a replica. */
         .hint_budget = c.hint_bytes < 0 ? 0
@@ -751,6 +752,12 @@ void engine_get_replica_stats(const struct engine *e, int replica, struct engine
     st->steps = s->steps;
     st->closed_form_runs = s->runs;
     st->closed_form_steps = s->run_steps;
+    st->parks_made = s->kv.parks_made;
+    st->parks_adopted = s->kv.parks_adopted;
+    st->parks_live = s->kv.n_parks_live;
+    st->park_blocks_materialised = s->kv.park_blocks_materialised;
+    st->queue_compactions = s->kv.compactions;
+    st->queue_regrowths = s->kv.regrowths;
 }
 
 /* ---- description ---- */

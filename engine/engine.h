@@ -101,6 +101,9 @@ struct engine_config {
     int64_t hint_bytes;        /* memory for per-session prefix hints, which
                                   only speed lookups up (0: default 64 MB
                                   over the deployment; -1: none) */
+    bool no_parks;             /* release KV blocks one by one instead of
+                                  parking a session's prefix (for checking:
+                                  results are the same) */
 };
 
 struct engine_cb {
@@ -184,6 +187,10 @@ struct engine_replica_stats {
     int64_t kv_blocks_cached;           /* free but reusable */
     int64_t checkpoints, evictions;
     int64_t steps, closed_form_runs, closed_form_steps;
+    /* Parks (kvcache.h): made, adopted whole, live now, blocks given
+     * their own state, queue compactions and regrowths. */
+    int64_t parks_made, parks_adopted, parks_live, park_blocks_materialised;
+    int64_t queue_compactions, queue_regrowths;
 };
 void engine_get_replica_stats(const struct engine *e, int replica,
                               struct engine_replica_stats *st);

@@ -23,6 +23,7 @@ void kv_init(struct kvcache *kv, int64_t total_units, int64_t ckpt_units)
      * a park keeps whatever it held, and eviction's prefetch reads ahead. */
     memset(kv->q, 0xff, kv->q_cap * sizeof *kv->q);
     kv->park_free = KV_NONE;
+    kv->share_ev = xcalloc(KV_TAG_SLOTS, sizeof *kv->share_ev);
 }
 
 void kv_free(struct kvcache *kv)
@@ -34,6 +35,7 @@ void kv_free(struct kvcache *kv)
     free(kv->q);
     free(kv->parks);
     free(kv->tags);
+    free(kv->share_ev);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -179,6 +181,7 @@ static void lru_compact(struct kvcache *kv)
         }
     }
     kv->q_len = w;
+    kv->compactions++;
 }
 
 /* Unrolls the ring into one of cap entries starting at 0, dropping
@@ -226,6 +229,7 @@ static void lru_regrow(struct kvcache *kv, uint64_t cap)
     kv->q_head = 0;
     kv->q_len = w;
     kv->q_cap = cap;
+    kv->regrowths++;
 }
 
 static void empty_push(struct kvcache *kv, uint32_t i);
@@ -376,7 +380,7 @@ void kv_acquire_chain(struct kvcache *kv, const uint32_t *blk, uint32_t n)
             ck += (int64_t)((s & ST_CKPT) != 0);
             s &= ~ST_LRU;
         } else {
-            kv->share_events++;
+            kv_share_note(kv, i);
         }
         bad |= (s & KV_REF_MASK) == KV_REF_MASK;
         st[i] = s + 1;
@@ -531,7 +535,8 @@ void kv_acquire(struct kvcache *kv, uint32_t i)
         kv_unpark_block(kv, i); /* it may be parked */
         st = kv->st[i];
     }
-    kv->share_events += kv_st_ref(st) != 0;
+    if (kv_st_ref(st))
+        kv_share_note(kv, i);
     if (kv_st_ref(st) == 0) {
         ASSERT(kv_st_flags(st) & KV_LRU);
         lru_take(kv, i);

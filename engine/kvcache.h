@@ -137,10 +137,13 @@ struct kvcache {
     struct kv_tag_slot *tags; /* KV_TAG_SLOTS, made at the first park */
     uint32_t tag_serial;     /* tags handed out */
     uint64_t share_events;   /* takes of a block already in use (a block got a
-                                second holder); parkers compare it */
+                                second holder) */
+    uint32_t *share_ev;      /* KV_TAG_SLOTS: those takes by the slot of the
+                                block's tag (holders compare theirs) */
     /* Counters. */
     int64_t evictions, ckpt_evictions, ckpt_made;
     int64_t parks_made, parks_adopted, park_blocks_materialised, unpark_alls, unpark_scans;
+    int64_t compactions, regrowths;
 };
 
 void kv_init(struct kvcache *kv, int64_t total_units, int64_t ckpt_units);
@@ -217,6 +220,20 @@ static inline uint32_t kv_tag_new(struct kvcache *kv)
 }
 /* Marks block i (in use) as held by `tag`. */
 static inline void kv_tag(struct kvcache *kv, uint32_t i, uint32_t tag) { kv->next[i] = tag; }
+/* Block i, in use, gets another holder: counted against its tag's slot,
+ * so that its first holder knows not to park it. */
+static inline void kv_share_note(struct kvcache *kv, uint32_t i)
+{
+    kv->share_events++;
+    kv->share_ev[kv->next[i] & (KV_TAG_SLOTS - 1)]++;
+}
+/* Takes of in-use blocks so far among tags sharing `tag`'s slot: a holder
+ * that took every block alone and sees this unchanged at its end holds
+ * each of them alone. */
+static inline uint32_t kv_share_mark(const struct kvcache *kv, uint32_t tag)
+{
+    return kv->share_ev[tag & (KV_TAG_SLOTS - 1)];
+}
 /* Materialises every live park. */
 void kv_unpark_all(struct kvcache *kv);
 /* Materialises the live park that holds block b, if any (call before
@@ -232,7 +249,8 @@ static inline int64_t kv_take(struct kvcache *kv, uint32_t i)
         kv_unpark_block(kv, i); /* it may be parked: give it its own state */
         s = kv->st[i];
     }
-    kv->share_events += (s & KV_REF_MASK) != 0;
+    if (s & KV_REF_MASK)
+        kv_share_note(kv, i);
     if (!(s & KV_REF_MASK)) {
         ASSERT(kv_st_flags(s) & KV_LRU);
         kv->q[kv->next[i] & (kv->q_cap - 1)].block = KV_NONE; /* entry dies */

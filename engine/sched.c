@@ -441,8 +441,8 @@ static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engi
 {
     q->hint_n = q->n_committed < q->n_blk ? q->n_committed : q->n_blk;
     bool keep = s->p.prefix_caching && q->hint_n && s->p.hint_budget > 0;
-    if (keep && q->hp && q->hp <= q->n_blk && !q->no_park &&
-        q->share_epoch == s->kv.share_events) {
+    if (keep && q->hp && q->hp <= q->n_blk && !q->no_park && !s->p.no_parks &&
+        q->share_epoch == kv_share_mark(&s->kv, q->tag)) {
         /* Released tail first as always: the blocks after the hashed
          * prefix one by one, then the prefix as a park that the session's
          * next call adopts whole (kvcache.h). */
@@ -542,8 +542,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     q->no_park = false;
     if (!s->p.prefix_caching)
         return;
-    q->share_epoch = s->kv.share_events;
     uint32_t ck_all = 0; /* matched blocks with a checkpoint */
+    bool took_shared = false; /* a matched block was in use */
     int bs = s->p.block_size;
     int64_t cap = (q->num_tokens - 1) / bs;
     int64_t known = q->num_tokens / bs;
@@ -604,6 +604,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
             int64_t u = kv_take(&s->kv, q->blk[k]);
             pinned += u;
             ck_all += u > 1;
+            took_shared |= u == 0;
         }
     } else if (h) {
         /* The session's previous request: same hashes, blocks that still
@@ -670,6 +671,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
                 st_ &= ~lru_bit;                                                \
             } else {                                                            \
                 shared++;                                                       \
+                kv_share_note(kv, b_);                                          \
             }                                                                   \
             ASSERT((st_ & KV_REF_MASK) != KV_REF_MASK);                         \
             stw[b_] = st_ + 1;                                                  \
@@ -705,7 +707,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
             kv->lru_units -= u;
             kv->n_lru -= taken;
             kv->used_blocks += taken;
-            kv->share_events += (uint64_t)shared;
+            took_shared |= shared != 0;
             ck_all += (uint32_t)ck;
             pinned += u;
             s->hint_hits += m;
@@ -724,6 +726,7 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
         int64_t u = kv_take(&s->kv, b);
         pinned += u;
         ck_all += u > 1;
+        took_shared |= u == 0;
         q->blk[m++] = b;
     }
     *pinned_out = pinned;
@@ -733,6 +736,8 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     q->hp = m;
     q->ck_hp = ck_all;
     q->tag = q->adopt_n ? s->kv.parks[q->adopt_id].tag : kv_tag_new(&s->kv);
+    q->share_epoch = kv_share_mark(&s->kv, q->tag);
+    q->no_park = took_shared;
     q->hit_m = m;
     q->hit_epoch = s->kv.evictions + 1;
     uint32_t j = m;

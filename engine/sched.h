@@ -72,6 +72,7 @@ struct sched_params {
     bool stepwise;                  /* no closed-form runs */
     const struct spec_model *spec;  /* draft 0: no speculation */
     int64_t hint_budget;            /* bytes of session hints (0: none) */
+    bool no_parks;                  /* release blocks one by one (for checking) */
 };
 
 /* Prices steps from the batch; decode-only steps are priced by linear
@@ -127,11 +128,11 @@ struct sreq {
     uint32_t adopt_n;        /*   blk[0, adopt_n) (0: none) */
     uint64_t adopt_serial;
     /* Parking (kvcache.h): at the end, blk[0, hp) go to one park when each
-     * is held by this request alone (no block got a second holder since
-     * its blocks were matched: share_epoch). */
+     * is held by this request alone: it took none in use (no_park) and
+     * none got a second holder since (kv_share_mark of its tag). */
     uint32_t hp;             /* blocks [0, hp) are hashed */
     uint32_t ck_hp;          /* of them, blocks with a checkpoint */
-    uint64_t share_epoch;    /* kv share_events when its blocks were matched */
+    uint32_t share_epoch;    /* kv_share_mark(tag) at admission */
     bool no_park;
     uint32_t tag;            /* marks the blocks it holds alone (kv_tag) */
     uint32_t park_id;        /* as a hint: its park (with park_serial; 0: none) */

@@ -304,6 +304,18 @@ static void test_closed_form_identity(void)
                     "hit %.3f, %.1f s simulated\n",
             (long long)b.st.steps, (long long)b.runs, (long long)b.st.preemptions,
             (double)b.st.cached_tokens / (double)b.st.prompt_tokens, b.end_ns / 1e9);
+    /* Parked prefixes only save work: with every block released and taken
+     * one by one (and verify after every step), the same records. */
+    struct wresult np;
+    c.stepwise = true;
+    c.no_parks = true;
+    run_workload(&c, 60, true, &np);
+    CHECK(np.text && !strcmp(a.text, np.text), "identical records without parks");
+    CHECKF(np.hook.bad == 0, "verify without parks: %s", np.hook.bad ? np.hook.first_err : "ok");
+    free(np.text);
+    free(np.samples);
+    c.no_parks = false;
+    c.stepwise = false;
     /* Session hints only speed lookups up: without them, the same records. */
     struct wresult nh;
     c.hint_bytes = -1;

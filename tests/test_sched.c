@@ -68,6 +68,7 @@ static void req(struct rec *x, uint64_t id, int64_t prompt, int64_t max, uint64_
 }
 
 static struct spec_model SPEC;
+static bool NO_PARKS; /* setup(): release blocks one by one */
 
 static void setup(struct sched *s, int bs, int64_t budget, int max_seqs, int64_t units,
                   bool hybrid, int64_t ckpt_units, int draft, const char *acc)
@@ -79,7 +80,7 @@ static void setup(struct sched *s, int bs, int64_t budget, int max_seqs, int64_t
                              .max_num_seqs = max_seqs, .max_model_len = 1 << 20,
                              .prefix_caching = true, .hybrid = hybrid, .ckpt_interval = 2,
                              .ckpt_units = ckpt_units, .kv_units = units, .stepwise = true,
-                             .spec = &SPEC, .hint_budget = 1 << 20};
+                             .spec = &SPEC, .hint_budget = 1 << 20, .no_parks = NO_PARKS};
     FL.now = 0;
     sched_init(s, 0, &p, PRICER, &FL.base);
 }
@@ -356,6 +357,87 @@ static void test_rollback_slots(void)
     sched_free(&s);
 }
 
+/* Parked prefixes (kvcache.h) in a pool of 30 blocks: a session's
+ * finished call is parked; three calls then fill the pool so that the
+ * last one's next chunk finds too few blocks and it is preempted while the
+ * park is live; eviction later reaches the park; the session's next call
+ * adopts what is left of it, or finds its blocks one by one. Run with
+ * parks and with every block released one by one: the same records. */
+struct park_run {
+    struct rec r[5];
+    int64_t preempt_with_parks, parks, adopted, materialised, steps;
+};
+
+static void park_script(bool no_parks, struct park_run *o)
+{
+    struct sched s;
+    memset(o, 0, sizeof *o);
+    NO_PARKS = no_parks;
+    setup(&s, 4, 64, 8, 30, false, 0, 0, "curve");
+    NO_PARKS = false;
+    char err[ERR_LEN];
+    static const uint64_t ids[12] = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+    req(&o->r[0], 1, 33, 1, 1, ids, 8, 4);
+    sched_submit(&s, &o->r[0].r, err);
+    for (int i = 0; i < 100 && !o->r[0].n_done; i++)
+        step(&s);
+    CHECK(o->r[0].n_done == 1, "the first call is done");
+    CHECK(no_parks ? s.kv.n_parks_live == 0 : s.kv.n_parks_live == 1 && s.kv.n_parked == 8,
+          no_parks ? "no park" : "its 8 full blocks are parked");
+    req(&o->r[1], 3, 8, 40, 3, NULL, 0, 0);
+    req(&o->r[2], 4, 40, 40, 4, NULL, 0, 0);
+    req(&o->r[3], 2, 100, 1, 2, NULL, 0, 0);
+    for (int i = 1; i < 4; i++)
+        sched_submit(&s, &o->r[i].r, err);
+    for (int i = 0; i < 10000 && (s.busy || s.n_waiting); i++) {
+        int64_t p0 = s.preemptions;
+        step(&s);
+        o->steps++;
+        if (s.preemptions > p0 && s.kv.n_parks_live)
+            o->preempt_with_parks++;
+        if (s.preemptions && !o->r[4].r.id) {
+            /* The session's next call: the same 8 ids, then 2 more. */
+            req(&o->r[4], 5, 41, 3, 1, ids, 10, 4);
+            sched_submit(&s, &o->r[4].r, err);
+        }
+    }
+    for (int i = 0; i < 5; i++)
+        CHECKF(o->r[i].n_done == 1, "call %d done (status %d)", i, o->r[i].status);
+    o->parks = s.kv.parks_made;
+    o->adopted = s.kv.parks_adopted;
+    o->materialised = s.kv.park_blocks_materialised;
+    CHECK(s.kv.used_blocks == 0 && s.outstanding == 0, "all released");
+    sched_free(&s);
+}
+
+static void test_parks(void)
+{
+    struct park_run a, b;
+    park_script(false, &a);
+    park_script(true, &b);
+    bool same = a.steps == b.steps;
+    for (int i = 0; i < 5; i++) {
+        const struct rec *x = &a.r[i], *y = &b.r[i];
+        same &= x->first_t == y->first_t && x->done_t == y->done_t &&
+                x->n_chunks == y->n_chunks && x->status == y->status &&
+                x->r.cached_tokens == y->r.cached_tokens &&
+                x->r.preemptions == y->r.preemptions &&
+                !memcmp(x->chunk_t, y->chunk_t, sizeof x->chunk_t) &&
+                !memcmp(x->chunk_tok, y->chunk_tok, sizeof x->chunk_tok);
+    }
+    CHECKF(same, "parks on and off: the same %lld steps and records", (long long)a.steps);
+    CHECKF(a.preempt_with_parks > 0, "a call was preempted while a park was live (%lld)",
+           (long long)a.preempt_with_parks);
+    CHECKF(a.parks >= 4 && a.materialised > 0,
+           "parks made (%lld), blocks materialised (%lld), adopted (%lld)", (long long)a.parks,
+           (long long)a.materialised, (long long)a.adopted);
+    CHECK(b.parks == 0, "none with parks off");
+    fprintf(stderr, "parks: %lld steps, %lld preemptions with a park live, %lld parks, %lld "
+                    "adopted, %lld blocks materialised\n", (long long)a.steps,
+            (long long)a.preempt_with_parks, (long long)a.parks, (long long)a.adopted,
+            (long long)a.materialised);
+}
+
 int main(void)
 {
     char err[ERR_LEN];
@@ -378,6 +460,7 @@ int main(void)
     test_hybrid();
     test_spec();
     test_rollback_slots();
+    test_parks();
     pricer_destroy(PRICER);
     cost_destroy(COST);
     return test_report();
