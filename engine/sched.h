@@ -34,6 +34,13 @@
  * (kvcache.h); matched blocks beyond the last checkpoint are reused but
  * recomputed.
  *
+ * Parked prefixes: when a request ends, the blocks of its hashed prefix
+ * that it holds alone are parked as a unit (kvcache.h) rather than
+ * released one by one, and its session's next call, guided by the
+ * session hint, adopts the part it matches whole; only the blocks beyond
+ * are walked. Parking changes no result (sched_params.no_parks turns it
+ * off for checking).
+ *
  * Speculative decoding: a decoding request computes draft + 1 positions
  * per step (KV slots for all of them: the lookahead), emits 1 + accepted
  * tokens (spec.h) never beyond max_tokens, and rejected positions roll
