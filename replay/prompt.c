@@ -45,14 +45,35 @@ static const char *const vocab[PROMPT_VOCAB] = {
     " example", " ease", " paper", " group",
 };
 static uint8_t vocab_len[PROMPT_VOCAB];
+/* The words padded to 16 bytes: a token is rendered with one fixed-size
+ * copy (the callers leave 16 bytes of room). */
+static char vocab16[PROMPT_VOCAB][16];
 
 static void vocab_init(void)
 {
     if (vocab_len[0])
         return;
-    for (int i = 0; i < PROMPT_VOCAB; i++)
+    for (int i = 0; i < PROMPT_VOCAB; i++) {
         vocab_len[i] = (uint8_t)strlen(vocab[i]);
+        memcpy(vocab16[i], vocab[i], vocab_len[i]);
+    }
 }
+
+/* hash_mix (traces/util.c), inlined: prompts of agentic traces run to
+ * 100,000 tokens a call, one mix a token, and the call was a quarter of
+ * the cost (test_prompt checks the two agree). */
+static inline uint64_t mix(uint64_t a, uint64_t b)
+{
+    uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+uint64_t prompt_mix(uint64_t a, uint64_t b) { return mix(a, b); }
 
 const char *prompt_word(uint32_t v, size_t *len)
 {
@@ -67,7 +88,7 @@ static inline int64_t bsize(const struct prompt_spec *s) { return s->block_size 
  * the offset only. */
 static inline uint64_t block_key(const struct prompt_spec *s, int64_t b)
 {
-    return b < (int64_t)s->n_blocks ? hash_mix(s->blocks[b], s->scope) : 0;
+    return b < (int64_t)s->n_blocks ? mix(s->blocks[b], s->scope) : 0;
 }
 
 static inline uint32_t token_at(const struct prompt_spec *s, int64_t i, int64_t b, int64_t off,
@@ -75,11 +96,11 @@ static inline uint32_t token_at(const struct prompt_spec *s, int64_t i, int64_t 
 {
     uint64_t h;
     if (i < PROMPT_MARKER_TOKENS)
-        h = hash_mix(s->session_salt ^ 0x6d61726b6572ull, (uint64_t)i);
+        h = mix(s->session_salt ^ 0x6d61726b6572ull, (uint64_t)i);
     else if (b < (int64_t)s->n_blocks)
-        h = hash_mix(key, (uint64_t)off);
+        h = mix(key, (uint64_t)off);
     else
-        h = hash_mix(s->call_salt ^ 0x7461696cull, (uint64_t)i);
+        h = mix(s->call_salt ^ 0x7461696cull, (uint64_t)i);
     return (uint32_t)(h % PROMPT_ID_RANGE);
 }
 
@@ -89,14 +110,13 @@ uint32_t prompt_token(const struct prompt_spec *s, int64_t i)
     return token_at(s, i, b, i % bs, block_key(s, b));
 }
 
-/* Renders token value v (token i of the prompt) into out (at most 16
- * bytes); returns its length. */
+/* Renders token value v (token i of the prompt) into out (16 bytes of
+ * room; the token takes at most 16); returns its length. */
 static size_t render_value(enum prompt_mode m, int64_t i, uint32_t v, char *out)
 {
     if (m == PROMPT_TEXT) {
-        size_t n = vocab_len[v % PROMPT_VOCAB];
-        memcpy(out, vocab[v % PROMPT_VOCAB], n);
-        return n;
+        memcpy(out, vocab16[v % PROMPT_VOCAB], 16);
+        return vocab_len[v % PROMPT_VOCAB];
     }
     char tmp[16];
     size_t n = 0;
