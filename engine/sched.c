@@ -122,6 +122,54 @@ static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static int positions(const struct sched *s) { return s->p.spec->draft + 1; }
 
+/* ceil(tokens / block_size) and floor(tokens / block_size) for tokens >= 0:
+ * a shift for the usual power-of-two block sizes (a 64-bit division costs
+ * 20-40 cycles, and these run per request per step). */
+static inline int64_t blocks_ceil(const struct sched *s, int64_t tokens)
+{
+    return s->bs_shift >= 0 ? (tokens + s->p.block_size - 1) >> s->bs_shift
+                            : cdiv(tokens, s->p.block_size);
+}
+
+static inline int64_t blocks_floor(const struct sched *s, int64_t tokens)
+{
+    return s->bs_shift >= 0 ? tokens >> s->bs_shift : tokens / s->p.block_size;
+}
+
+/* Fills acc_tab from the spec model's thresholds (see sched.h). */
+static void acc_tab_build(const struct spec_model *sp, uint8_t *tab)
+{
+    const int shift = 53 - SCHED_ACC_BITS;
+    for (uint64_t b = 0; b < (1u << SCHED_ACC_BITS); b++) {
+        uint64_t lo = b << shift, hi = lo + ((1ULL << shift) - 1);
+        int k_lo = 1, k_hi = 1;
+        for (int j = 1; j <= sp->draft; j++) {
+            k_lo += lo >= sp->thr[j];
+            k_hi += hi >= sp->thr[j];
+        }
+        tab[b] = (uint8_t)(k_lo == k_hi ? k_lo : 0);
+    }
+}
+
+/* spec_sample() on the table: the same splitmix64 draw, its bucket's
+ * count, the thresholds only inside the few ambiguous buckets. */
+static inline int acc_draw(const struct spec_model *sp, const uint8_t *tab, uint64_t skey,
+                           int64_t step)
+{
+    uint64_t z = skey + (uint64_t)(step + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    uint64_t x = z >> 11;
+    int k = tab[x >> (53 - SCHED_ACC_BITS)];
+    if (__builtin_expect(k == 0, 0)) {
+        k = 1;
+        for (int j = 1; j <= sp->draft; j++)
+            k += x >= sp->thr[j];
+    }
+    return k;
+}
+
 void sched_init(struct sched *s, int index, const struct sched_params *p,
                 struct sched_pricer *pricer, struct loop *l)
 {
@@ -131,6 +179,13 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
     s->pricer = pricer;
     s->loop = l;
     kv_init(&s->kv, p->kv_units, p->hybrid && p->prefix_caching ? p->ckpt_units : 0);
+    s->bs_shift = -1;
+    if (p->block_size > 0 && (p->block_size & (p->block_size - 1)) == 0)
+        s->bs_shift = __builtin_ctz((unsigned)p->block_size);
+    const struct spec_model *sp = p->spec;
+    s->acc_fast = sp && sp->draft > 0 && sp->accept.kind != ACCEPT_FIXED && sp->thr_monotone;
+    if (s->acc_fast)
+        acc_tab_build(sp, s->acc_tab);
 }
 
 #define SCHED_HINTS 1024
@@ -351,8 +406,7 @@ static void commit_blocks(struct sched *s, struct sreq *q)
 {
     if (!s->p.prefix_caching)
         return;
-    int bs = s->p.block_size;
-    uint32_t full = (uint32_t)(q->num_computed / bs);
+    uint32_t full = (uint32_t)blocks_floor(s, q->num_computed);
     if (full > q->n_blk)
         full = q->n_blk;
     if (full <= q->n_committed)
@@ -486,7 +540,7 @@ static void preempt(struct sched *s, struct sreq *q)
 /* Allocates blocks so that q holds ceil(tokens / bs). */
 static bool grow_blocks(struct sched *s, struct sreq *q, int64_t tokens)
 {
-    uint32_t want = (uint32_t)cdiv(tokens, s->p.block_size);
+    uint32_t want = (uint32_t)blocks_ceil(s, tokens);
     ASSERT(want <= q->cap_blk);
     if (want <= q->n_blk)
         return true;
@@ -504,7 +558,7 @@ static bool grow_blocks(struct sched *s, struct sreq *q, int64_t tokens)
 /* Frees blocks beyond ceil(tokens / bs) (rejected draft slots). */
 static void trim_blocks(struct sched *s, struct sreq *q, int64_t tokens)
 {
-    uint32_t want = (uint32_t)cdiv(tokens, s->p.block_size);
+    uint32_t want = (uint32_t)blocks_ceil(s, tokens);
     while (q->n_blk > want) {
         q->n_blk--;
         kv_release(&s->kv, q->blk[q->n_blk]);
@@ -891,8 +945,8 @@ static void plan(struct sched *s, int64_t now, bool preempted)
 {
     int n = s->n_batch;
     int P = positions(s);
-    int bs = s->p.block_size;
     const struct spec_model *sp = s->p.spec;
+    const uint8_t *tab = s->acc_fast ? s->acc_tab : NULL;
     bool closed = !s->p.stepwise && !preempted && s->cb.n_prefill == 0 &&
                   s->cb.n_decode == n && n == s->n_running &&
                   (s->n_waiting == 0 || s->n_running >= s->p.max_num_seqs);
@@ -933,7 +987,7 @@ static void plan(struct sched *s, int64_t now, bool preempted)
             /* Blocks for step k: every request holds ceil((c + P) / bs). */
             int64_t need = 0;
             for (int i = 0; i < n; i++)
-                need += cdiv(c[i] + P, bs);
+                need += blocks_ceil(s, c[i] + P);
             if (need > pool)
                 break;
             cb.sum_ctx = sum_ctx;
@@ -955,7 +1009,8 @@ static void plan(struct sched *s, int64_t now, bool preempted)
                 continue;
             }
             int64_t left = closed ? rem[i] : q->r->max_tokens - q->output_done;
-            int64_t x = spec_sample(sp, q->key, q->spec_steps + k);
+            int64_t x = tab ? acc_draw(sp, tab, q->key, q->spec_steps + k)
+                            : spec_sample(sp, q->key, q->spec_steps + k);
             if (x > left)
                 x = left;
             e[i] = (uint8_t)x;
@@ -1134,6 +1189,12 @@ int64_t sched_boundary(struct sched *s, int64_t now)
     return s->step_end_ns;
 }
 
+int sched_acc_draw(const struct sched *s, uint64_t skey, int64_t step)
+{
+    return s->acc_fast ? acc_draw(s->p.spec, s->acc_tab, skey, step)
+                       : spec_sample(s->p.spec, skey, step);
+}
+
 int sched_verify(const struct sched *s, char *err)
 {
     if (kv_verify(&s->kv, err) < 0)
@@ -1188,5 +1249,29 @@ int sched_verify(const struct sched *s, char *err)
     if (held < s->kv.used_blocks)
         return err_set(err, "sched %d: requests hold %lld block references, %lld blocks in use",
                        s->index, (long long)held, (long long)s->kv.used_blocks);
+    if (s->bs_shift >= 0 ? (1 << s->bs_shift) != bs : (bs > 0 && (bs & (bs - 1)) == 0))
+        return err_set(err, "sched %d: block shift %d for block size %d", s->index, s->bs_shift,
+                       bs);
+    if (s->acc_fast) {
+        /* Buckets with a threshold inside compare; every 64th bucket holds
+         * its draws' count (the whole table: tests/test_sched.c). */
+        const struct spec_model *sp = s->p.spec;
+        const int shift = 53 - SCHED_ACC_BITS;
+        for (int j = 1; j <= sp->draft; j++) {
+            uint64_t b = sp->thr[j] >> shift;
+            if (b < (1u << SCHED_ACC_BITS) && (sp->thr[j] & ((1ULL << shift) - 1)) &&
+                s->acc_tab[b])
+                return err_set(err, "sched %d: acceptance bucket %llu holds threshold %d",
+                               s->index, (unsigned long long)b, j);
+        }
+        for (uint64_t b = 0; b < (1u << SCHED_ACC_BITS); b += 64) {
+            int k = 1;
+            for (int j = 1; j <= sp->draft; j++)
+                k += (b << shift) >= sp->thr[j];
+            if (s->acc_tab[b] && s->acc_tab[b] != k)
+                return err_set(err, "sched %d: acceptance bucket %llu: %d, draws give %d",
+                               s->index, (unsigned long long)b, s->acc_tab[b], k);
+        }
+    }
     return 0;
 }

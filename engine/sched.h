@@ -151,6 +151,10 @@ struct sreq {
     struct sreq *wnext, *wprev; /* waiting queue links */
 };
 
+/* Bits of a 53-bit acceptance draw that index struct sched's acc_tab
+ * (4 KiB: with 7 thresholds, 7 of 4,096 buckets need the comparisons). */
+#define SCHED_ACC_BITS 12
+
 /* Called after each step is applied (stepwise: after every step). */
 typedef void (*sched_step_fn)(void *arg, int replica, int64_t start_ns, int64_t end_ns,
                               const struct cost_batch *b, bool fallback);
@@ -181,6 +185,17 @@ struct sched {
     uint8_t *run_emit;
     bool *run_fb;
     int64_t run_cap, run_emit_cap;
+    /* Block arithmetic: log2(block_size) when it is a power of two, else
+     * -1 (divisions then). */
+    int bs_shift;
+    /* Acceptance draws (spec.h's curve fast path) by a table on the draw's
+     * top SCHED_ACC_BITS bits: acc_tab[b] is the emitted count of every
+     * draw in bucket b, or 0 where a threshold falls inside the bucket
+     * (those draws compare with the thresholds). acc_fast: the table is
+     * in use (spec_sample's fast path applies). Same counts as
+     * spec_sample, draw for draw. */
+    bool acc_fast;
+    uint8_t acc_tab[1 << SCHED_ACC_BITS];
     /* Statistics. */
     int64_t steps, fallback_steps, preemptions, runs, run_steps;
     int64_t prompt_tokens, cached_tokens, output_tokens, busy_ns;
@@ -217,6 +232,11 @@ int64_t sched_cut(struct sched *s, int64_t now);
  * delivers callbacks, forms the next step. Returns the time of the next
  * boundary, or INT64_MAX when idle. */
 int64_t sched_boundary(struct sched *s, int64_t now);
+
+/* Tokens emitted by verification step `step` of the request with draw
+ * key `skey`, as the scheduler draws them (its acceptance table; equal to
+ * spec_sample()). For tests. */
+int sched_acc_draw(const struct sched *s, uint64_t skey, int64_t step);
 
 /* Checks the scheduler's invariants and its KV cache. 0 or -1 with err. */
 int sched_verify(const struct sched *s, char *err);

@@ -438,6 +438,54 @@ static void test_parks(void)
             (long long)a.materialised);
 }
 
+/* The scheduler's table-driven acceptance draws against spec_sample(),
+ * draw for draw, and every bucket of the table at both of its ends
+ * against the thresholds, for several acceptance models. */
+static void test_acc_table(void)
+{
+    static const struct {
+        int draft;
+        const char *acc;
+        bool fast;
+    } cases[] = {{7, "curve", true},           {3, "curve", true},
+                 {16, "curve", true},          {4, "p:0.9,0.7,0.5", true},
+                 {2, "p:1,0", true},           {5, "p:0.999999,0.000001", true},
+                 {7, "fixed:3.5", false},      {0, "curve", false}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct sched s;
+        setup(&s, 16, 64, 4, 64, false, 0, cases[c].draft, cases[c].acc);
+        CHECKF(s.acc_fast == cases[c].fast, "%s draft %d: table %d", cases[c].acc,
+               cases[c].draft, s.acc_fast);
+        if (s.acc_fast) {
+            const int shift = 53 - SCHED_ACC_BITS;
+            int bad = 0, ambiguous = 0;
+            for (uint64_t b = 0; b < (1u << SCHED_ACC_BITS); b++) {
+                uint64_t lo = b << shift, hi = lo + ((1ULL << shift) - 1);
+                int k_lo = 1, k_hi = 1;
+                for (int j = 1; j <= SPEC.draft; j++) {
+                    k_lo += lo >= SPEC.thr[j];
+                    k_hi += hi >= SPEC.thr[j];
+                }
+                ambiguous += !s.acc_tab[b];
+                if (s.acc_tab[b] ? s.acc_tab[b] != k_lo || k_lo != k_hi : k_lo == k_hi)
+                    bad++;
+            }
+            CHECKF(bad == 0, "%s draft %d: %d buckets wrong", cases[c].acc, cases[c].draft, bad);
+            CHECKF(ambiguous <= SPEC.draft, "%s: %d ambiguous buckets", cases[c].acc, ambiguous);
+        }
+        int diff = 0;
+        for (uint64_t key = 1; key <= 2000; key++) {
+            uint64_t sk = spec_key(&SPEC, key * 0x9e3779b97f4a7c15ULL);
+            for (int64_t st = 0; st < 250; st++)
+                diff += sched_acc_draw(&s, sk, st) != spec_sample(&SPEC, sk, st);
+        }
+        CHECKF(diff == 0, "%s draft %d: %d of 500000 draws differ", cases[c].acc, cases[c].draft,
+               diff);
+        CHECK(verify(&s) == 0, "verify with the table");
+        sched_free(&s);
+    }
+}
+
 int main(void)
 {
     char err[ERR_LEN];
@@ -461,6 +509,7 @@ int main(void)
     test_spec();
     test_rollback_slots();
     test_parks();
+    test_acc_table();
     pricer_destroy(PRICER);
     cost_destroy(COST);
     return test_report();
