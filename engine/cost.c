@@ -145,6 +145,9 @@ struct cost_model {
     const char *cal_names[PATH_COUNT * N_SCOPES * K_COUNT];
     char cal_name_buf[PATH_COUNT * N_SCOPES * K_COUNT][80];
     int n_cal;
+    /* hbm_bw * class_eff(klass), per kernel class (the same products the
+     * formulas take; set with g). */
+    double bw_eff[KC_COMM + 1];
     /* The majority variant (MoE or dense) of each layer kind, and how many
      * layers of each (kind, moe). */
     int n_variant[LAYER_KIND_COUNT][2];
@@ -242,12 +245,7 @@ static struct kern *push(struct kern *k, int *n, enum kid id, int klass,
 {
     ASSERT(*n < MAX_KERNELS);
     struct kern *x = &k[(*n)++];
-    memset(x, 0, sizeof *x);
-    x->id = id;
-    x->klass = klass;
-    x->bytes = bytes;
-    x->flops = flops;
-    x->rate = rate;
+    *x = (struct kern){.id = id, .klass = klass, .bytes = bytes, .flops = flops, .rate = rate};
     return x;
 }
 
@@ -566,6 +564,62 @@ static double kern_mem_ns(const struct cost_model *c, const struct kern *x)
     return x->bytes / (c->g.hbm_bw * class_eff(&c->g, x->klass)) * 1e9;
 }
 
+/* kern_ns() for a model without calibration: the same arithmetic, the
+ * class bandwidths taken from bw_eff. */
+static inline double kern_ns_nocal(const struct cost_model *c, const struct kern *x)
+{
+    double t = 0;
+    if (x->klass != KC_COMM) {
+        double tb = x->bytes / c->bw_eff[x->klass] * 1e9;
+        double tf = x->rate > 0 ? x->flops / (x->rate * c->g.eff_compute) * 1e9 : 0;
+        t = tb > tf ? tb : tf;
+    }
+    if (!(x->flags & KF_NOFLOOR))
+        t += c->floor_ns;
+    return t + x->comm_ns;
+}
+
+/* list_ns() without calibration or per-kernel outputs (cost_step's case
+ * on an uncalibrated model; about half the instructions): the same sums
+ * in the same order. */
+static double list_ns_nocal(const struct cost_model *c, const struct kern *k, int n)
+{
+    double total = 0, side = 0, main_ovl = 0, ovl_bytes = 0;
+    bool any_ovl = false, prefetch = false;
+    for (int i = 0; i < n; i++) {
+        double t = kern_ns_nocal(c, &k[i]);
+        int f = k[i].flags;
+        if (__builtin_expect(f & (KF_SIDE | KF_OVL | KF_PREFETCH), 0)) {
+            prefetch |= (f & KF_PREFETCH) != 0;
+            if (f & KF_SIDE) {
+                side += t;
+                ovl_bytes += k[i].bytes;
+                any_ovl = true;
+                continue;
+            }
+            if (f & KF_OVL) {
+                main_ovl += t;
+                ovl_bytes += k[i].bytes;
+                any_ovl = true;
+                continue;
+            }
+        }
+        total += t;
+    }
+    if (any_ovl) {
+        double shared_bw = ovl_bytes / (c->g.hbm_bw * c->g.eff_stream) * 1e9;
+        double r = side > main_ovl ? side : main_ovl;
+        total += r > shared_bw ? r : shared_bw;
+    }
+    if (prefetch)
+        for (int i = 0; i < n; i++)
+            if (k[i].flags & KF_PREFETCH) {
+                double credit = kern_mem_ns(c, &k[0]);
+                total -= credit < k[i].comm_ns ? credit : k[i].comm_ns;
+            }
+    return total;
+}
+
 /* Cost of one layer's kernel list; fills per-kernel times if asked. */
 static double list_ns(const struct cost_model *c, int path, int scope,
                       const struct kern *k, int n, const struct shape *s,
@@ -688,7 +742,8 @@ void cost_step(const struct cost_model *c, const struct cost_batch *b,
             if (!cnt)
                 continue;
             int n = layer_list(c, path, kind, moe, &s, k);
-            double t = list_ns(c, path, kind, k, n, &s, NULL, NULL);
+            double t = c->n_cal ? list_ns(c, path, kind, k, n, &s, NULL, NULL)
+                                : list_ns_nocal(c, k, n);
             total += cnt * t;
             kernels += (double)cnt * n;
             bool typical = c->n_variant[kind][moe] >= c->n_variant[kind][!moe];
@@ -697,7 +752,8 @@ void cost_step(const struct cost_model *c, const struct cost_batch *b,
         }
     out->layers_ns = (int64_t)llround(total);
     int n = step_kernels(c, &s, k, 0);
-    total += list_ns(c, path, SCOPE_STEP, k, n, &s, NULL, NULL);
+    total += c->n_cal ? list_ns(c, path, SCOPE_STEP, k, n, &s, NULL, NULL)
+                      : list_ns_nocal(c, k, n);
     double d = drafter_ns(c, &s);
     out->drafter_ns = (int64_t)llround(d);
     out->overhead_ns = (int64_t)llround(c->overhead_ns);
@@ -1046,6 +1102,8 @@ struct cost_model *cost_create(const struct model_preset *m,
     c->m = *m;
     c->g = *g;
     c->tp = tp;
+    for (int kc = 0; kc <= KC_COMM; kc++)
+        c->bw_eff[kc] = c->g.hbm_bw * class_eff(&c->g, kc);
     c->backend = backend;
     c->floor_ns = g->kernel_floor_ns;
     c->overhead_ns = g->step_overhead_ns;

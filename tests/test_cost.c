@@ -521,6 +521,73 @@ static void test_names_documented(void)
     free(doc);
 }
 
+/* cost_step's uncalibrated fast path against the general one: a model
+ * carrying a calibration entry for a layer kind it does not have takes
+ * the general path (with no kernel replaced), so both must give the same
+ * result bit for bit, over decode, prefill and mixed batches. */
+static void test_uncalibrated_path(void)
+{
+    static const struct {
+        const struct model_preset *m;
+        const struct gpu_preset *g;
+        int tp;
+        const char *decoy;
+    } cases[] = {{&kimi, &gb300, 16, "gqa\",\"kernel\":\"gqa_attention"},
+                 {&kimi, &gb300, 8, "gqa\",\"kernel\":\"gqa_attention"},
+                 {&dsv3, &h200, 8, "gqa\",\"kernel\":\"gqa_attention"},
+                 {&llama, &h200, 8, "mla\",\"kernel\":\"mla_attention"}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int be = 0; be < 2; be++) {
+            enum engine_backend backend = be ? ENGINE_BACKEND_LATENCY_SPECIALIZED
+                                             : ENGINE_BACKEND_AUTO;
+            char err[ERR_LEN] = "", txt[512];
+            snprintf(txt, sizeof txt,
+                     "{\"format\":\"agentreplay-calibration/1\",\"gpu\":\"%s\",\"tp\":%d,"
+                     "\"source\":\"test\",\"entries\":[{\"path\":\"auto\",\"layer_kind\":\"%s\","
+                     "\"points\":[{\"batch\":1,\"context\":0,\"us\":1}]}]}",
+                     cases[ci].g->name, cases[ci].tp, cases[ci].decoy);
+            struct cost_model *plain = mk(cases[ci].m, cases[ci].g, cases[ci].tp, backend);
+            struct cost_model *dec = mk(cases[ci].m, cases[ci].g, cases[ci].tp, backend);
+            int rc = dec ? cost_load_calibration_mem(dec, txt, strlen(txt), "decoy", true, err)
+                         : -1;
+            const char *names[4];
+            CHECKF(rc == 0 && cost_calibrated_kernels(dec, names, 4) == 1,
+                   "%s tp %d: decoy calibration loads: %s", cases[ci].m->name, cases[ci].tp, err);
+            if (!plain || rc) {
+                cost_destroy(plain);
+                cost_destroy(dec);
+                continue;
+            }
+            uint64_t x = 0x1234567 + ci * 2 + be;
+            int diff = 0, n = 0;
+            for (int it = 0; it < 3000; it++) {
+                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+                uint64_t r = x >> 11;
+                struct cost_batch b = {0};
+                b.n_decode = (int)(r % 130);
+                b.decode_positions = 1 + (int)((r >> 8) % 8);
+                b.draft = (int)((r >> 12) % 9);
+                b.sum_ctx = b.n_decode ? (int64_t)((r >> 16) % 4000000) : 0;
+                if ((r >> 40) % 3 == 0) {
+                    b.n_prefill = 1 + (int)((r >> 42) % 4);
+                    b.prefill_tokens = 1 + (int64_t)((r >> 20) % 8192);
+                    b.prefill_attn = b.prefill_tokens * (int64_t)((r >> 30) % 100000);
+                }
+                if (!b.n_decode && !b.n_prefill)
+                    continue;
+                struct cost_result a, d;
+                cost_step(plain, &b, &a);
+                cost_step(dec, &b, &d);
+                diff += memcmp(&a, &d, sizeof a) != 0;
+                n++;
+            }
+            CHECKF(diff == 0, "%s tp %d backend %d: %d of %d steps differ between the paths",
+                   cases[ci].m->name, cases[ci].tp, be, diff, n);
+            cost_destroy(plain);
+            cost_destroy(dec);
+        }
+}
+
 int main(void)
 {
     char err[ERR_LEN] = "";
@@ -536,6 +603,7 @@ int main(void)
     test_monotone();
     test_fallback();
     test_calibration_file();
+    test_uncalibrated_path();
     test_accept();
     test_fidelity_data();
     test_commands();
