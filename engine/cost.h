@@ -71,6 +71,16 @@ void cost_destroy(struct cost_model *c);
 void cost_step(const struct cost_model *c, const struct cost_batch *b,
                struct cost_result *out);
 
+/* A memo of cost_step() for one model over batches that differ only in
+ * sum_ctx (the pricer's grid points): the kernels that do not read
+ * sum_ctx are priced once per batch shape. cost_step_memo() gives exactly
+ * cost_step()'s result (calibrated models go straight to cost_step). The
+ * memo refers to the model, which must outlive it. */
+struct cost_memo;
+struct cost_memo *cost_memo_create(const struct cost_model *c);
+void cost_memo_destroy(struct cost_memo *m);
+void cost_step_memo(struct cost_memo *m, const struct cost_batch *b, struct cost_result *out);
+
 /* Per-kernel breakdown of a step (for --breakdown, the plots and the Chrome
  * trace). Writes up to cap entries; returns the count. */
 int cost_breakdown(const struct cost_model *c, const struct cost_batch *b,

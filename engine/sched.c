@@ -23,6 +23,7 @@ struct price_entry {
 
 struct sched_pricer {
     const struct cost_model *cost;
+    struct cost_memo *memo;   /* grid points: cost_step over sum_ctx */
     struct price_entry *t;
     uint32_t cap, n;
     int64_t calls;    /* cost_step calls (statistics) */
@@ -32,6 +33,7 @@ struct sched_pricer *pricer_create(const struct cost_model *c)
 {
     struct sched_pricer *p = xcalloc(1, sizeof *p);
     p->cost = c;
+    p->memo = cost_memo_create(c);
     p->cap = 4096;
     p->t = xcalloc(p->cap, sizeof *p->t);
     return p;
@@ -42,6 +44,7 @@ void pricer_destroy(struct sched_pricer *p)
     if (!p)
         return;
     free(p->t);
+    cost_memo_destroy(p->memo);
     free(p);
 }
 
@@ -90,7 +93,7 @@ static int64_t pricer_grid(struct sched_pricer *p, const struct cost_batch *b,
     struct cost_batch q = *b;
     q.sum_ctx = g * PRICE_GRID;
     struct cost_result r;
-    cost_step(p->cost, &q, &r);
+    cost_step_memo(p->memo, &q, &r);
     p->calls++;
     pricer_put(p, key, r.step_ns, r.fallback);
     *fb = r.fallback;

@@ -588,6 +588,79 @@ static void test_uncalibrated_path(void)
         }
 }
 
+/* cost_step_memo() against cost_step(), bit for bit: batch shapes drawn
+ * from a small set (so the memo hits, misses and evicts) with every
+ * sum_ctx, decode-only and with prefill, every model and both backends;
+ * a new fit between queries; a calibrated model through the memo. */
+static void test_memo(void)
+{
+    static const struct {
+        const struct model_preset *m;
+        const struct gpu_preset *g;
+        int tp;
+    } cases[] = {{&kimi, &gb300, 16}, {&kimi, &gb300, 8}, {&dsv3, &h200, 8}, {&llama, &h200, 8}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int be = 0; be < 2; be++) {
+            struct cost_model *c =
+                mk(cases[ci].m, cases[ci].g, cases[ci].tp,
+                   be ? ENGINE_BACKEND_LATENCY_SPECIALIZED : ENGINE_BACKEND_AUTO);
+            if (!c)
+                continue;
+            struct cost_memo *mm = cost_memo_create(c);
+            uint64_t x = 0xabcdef + ci * 2 + be;
+            int diff = 0, n = 0;
+            for (int it = 0; it < 6000; it++) {
+                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+                uint64_t r = x >> 11;
+                int shape = (int)(r % 90); /* more shapes than memo entries */
+                struct cost_batch b = {0};
+                b.n_decode = 1 + shape % 70;
+                b.decode_positions = shape % 3 ? 8 : 1;
+                b.draft = b.decode_positions - 1;
+                b.sum_ctx = (int64_t)((r >> 8) % 4096) * (((r >> 20) & 1) ? 4096 : 17);
+                if (shape >= 80) {
+                    b.n_prefill = 1 + shape % 3;
+                    b.prefill_tokens = 1 + shape * 97;
+                    b.prefill_attn = b.prefill_tokens * 1000;
+                }
+                if (it == 3000)
+                    cost_set_fit(c, 2500, 9000); /* entries priced at the old fit are stale */
+                struct cost_result a, d;
+                cost_step(c, &b, &a);
+                cost_step_memo(mm, &b, &d);
+                diff += memcmp(&a, &d, sizeof a) != 0;
+                n++;
+            }
+            CHECKF(diff == 0, "%s tp %d backend %d: memo differs on %d of %d steps",
+                   cases[ci].m->name, cases[ci].tp, be, diff, n);
+            cost_memo_destroy(mm);
+            cost_destroy(c);
+        }
+    /* Calibrated: straight through cost_step. */
+    struct cost_model *c = mk(&kimi, &gb300, 16, ENGINE_BACKEND_AUTO);
+    const char *txt = "{\"format\":\"agentreplay-calibration/1\",\"gpu\":\"gb300\",\"tp\":16,"
+                      "\"source\":\"test\",\"entries\":[{\"path\":\"auto\",\"layer_kind\":\"mla\","
+                      "\"kernel\":\"mla_attention\",\"points\":[{\"batch\":1,\"context\":0,\"us\":5},"
+                      "{\"batch\":1,\"context\":100000,\"us\":50}]}]}";
+    char err[ERR_LEN] = "";
+    if (c && cost_load_calibration_mem(c, txt, strlen(txt), "t", false, err) == 0) {
+        struct cost_memo *mm = cost_memo_create(c);
+        int diff = 0;
+        for (int64_t ctx = 0; ctx < 400000; ctx += 4096) {
+            struct cost_batch b = {.n_decode = 5, .decode_positions = 8, .draft = 7, .sum_ctx = ctx};
+            struct cost_result a, d;
+            cost_step(c, &b, &a);
+            cost_step_memo(mm, &b, &d);
+            diff += memcmp(&a, &d, sizeof a) != 0;
+        }
+        CHECKF(diff == 0, "calibrated: memo differs on %d steps", diff);
+        cost_memo_destroy(mm);
+    } else {
+        CHECKF(0, "calibrated model for the memo: %s", err);
+    }
+    cost_destroy(c);
+}
+
 int main(void)
 {
     char err[ERR_LEN] = "";
@@ -604,6 +677,7 @@ int main(void)
     test_fallback();
     test_calibration_file();
     test_uncalibrated_path();
+    test_memo();
     test_accept();
     test_fidelity_data();
     test_commands();
