@@ -574,9 +574,9 @@ static void trim_blocks(struct sched *s, struct sreq *q, int64_t tokens)
     }
 }
 
-static void batch_push(struct sched *s, struct sreq *q)
+static inline void batch_push(struct sched *s, struct sreq *q)
 {
-    if (s->n_batch == s->cap_batch) {
+    if (__builtin_expect(s->n_batch == s->cap_batch, 0)) {
         s->cap_batch = s->cap_batch ? s->cap_batch * 2 : 64;
         s->batch = xrealloc(s->batch, (size_t)s->cap_batch * sizeof *s->batch);
     }
@@ -831,7 +831,10 @@ static bool schedule(struct sched *s, int64_t now)
                 num_new = budget;
         }
         bool ok = true;
-        while (!grow_blocks(s, q, q->num_computed + num_new)) {
+        /* (grow_blocks() is a no-op while the request's blocks suffice,
+         * the common case of a decode step.) */
+        while ((int64_t)q->n_blk < blocks_ceil(s, q->num_computed + num_new) &&
+               !grow_blocks(s, q, q->num_computed + num_new)) {
             struct sreq *v = s->running[--s->n_running];
             preempt(s, v);
             preempted = true;
@@ -1161,7 +1164,8 @@ int64_t sched_boundary(struct sched *s, int64_t now)
                     struct sreq *q = s->batch[i];
                     q->step_start = q->num_computed;
                     q->step_new = P;
-                    ASSERT(grow_blocks(s, q, q->num_computed + P));
+                    if ((int64_t)q->n_blk < blocks_ceil(s, q->num_computed + P))
+                        ASSERT(grow_blocks(s, q, q->num_computed + P));
                 }
             }
             apply_step(s, k, s->run_end[k]);
