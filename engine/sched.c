@@ -139,17 +139,20 @@ static inline int64_t blocks_floor(const struct sched *s, int64_t tokens)
     return s->bs_shift >= 0 ? tokens >> s->bs_shift : tokens / s->p.block_size;
 }
 
-/* Fills acc_tab from the spec model's thresholds (see sched.h). */
+/* Fills acc_tab from the spec model's thresholds (see sched.h), which are
+ * monotone: the counts at each bucket's ends only grow, so one pass over
+ * buckets and thresholds together (a replica's setup stays cheap with
+ * hundreds of replicas). */
 static void acc_tab_build(const struct spec_model *sp, uint8_t *tab)
 {
     const int shift = 53 - SCHED_ACC_BITS;
+    int k_lo = 1, k_hi = 1; /* 1 + thresholds at or below the bucket's ends */
     for (uint64_t b = 0; b < (1u << SCHED_ACC_BITS); b++) {
         uint64_t lo = b << shift, hi = lo + ((1ULL << shift) - 1);
-        int k_lo = 1, k_hi = 1;
-        for (int j = 1; j <= sp->draft; j++) {
-            k_lo += lo >= sp->thr[j];
-            k_hi += hi >= sp->thr[j];
-        }
+        while (k_lo <= sp->draft && lo >= sp->thr[k_lo])
+            k_lo++;
+        while (k_hi <= sp->draft && hi >= sp->thr[k_hi])
+            k_hi++;
         tab[b] = (uint8_t)(k_lo == k_hi ? k_lo : 0);
     }
 }

@@ -152,8 +152,9 @@ struct sreq {
 };
 
 /* Bits of a 53-bit acceptance draw that index struct sched's acc_tab
- * (4 KiB: with 7 thresholds, 7 of 4,096 buckets need the comparisons). */
-#define SCHED_ACC_BITS 12
+ * (1 KiB: with 7 thresholds, at most 7 of 1,024 buckets need the
+ * comparisons; small enough to stay cached with many replicas). */
+#define SCHED_ACC_BITS 10
 
 /* Called after each step is applied (stepwise: after every step). */
 typedef void (*sched_step_fn)(void *arg, int replica, int64_t start_ns, int64_t end_ns,
