@@ -50,6 +50,16 @@ void pricer_destroy(struct sched_pricer *p)
 
 static void pricer_put(struct sched_pricer *p, uint64_t key, int64_t ns, bool fb);
 
+/* Home slot of a price key: an inline murmur-style finaliser (lookups run
+ * once or twice per step; the table's layout changes no price). */
+static inline uint32_t pricer_home(uint64_t key, uint32_t m)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return (uint32_t)key & m;
+}
+
 static void pricer_grow(struct sched_pricer *p)
 {
     struct price_entry *old = p->t;
@@ -68,7 +78,7 @@ static void pricer_put(struct sched_pricer *p, uint64_t key, int64_t ns, bool fb
     if ((p->n + 1) * 2 > p->cap)
         pricer_grow(p);
     uint32_t m = p->cap - 1;
-    uint32_t i = (uint32_t)hash_mix(key, 0) & m;
+    uint32_t i = pricer_home(key, m);
     while (p->t[i].key)
         i = (i + 1) & m;
     p->t[i].key = key;
@@ -85,7 +95,7 @@ static int64_t pricer_grid(struct sched_pricer *p, const struct cost_batch *b,
                    ((uint64_t)(b->decode_positions & 0xff) << 36) ^
                    ((uint64_t)(b->draft & 0xff) << 28) ^ (uint64_t)g ^ (1ULL << 63);
     uint32_t m = p->cap - 1;
-    for (uint32_t i = (uint32_t)hash_mix(key, 0) & m; p->t[i].key; i = (i + 1) & m)
+    for (uint32_t i = pricer_home(key, m); p->t[i].key; i = (i + 1) & m)
         if (p->t[i].key == key) {
             *fb = p->t[i].fallback;
             return p->t[i].ns;
