@@ -786,7 +786,10 @@ static void usage(FILE *f)
             "  --fault-stall-ms MS       hold requests MS before serving them\n"
             "  --fault-stall-rate P      fraction held (default 1 when --fault-stall-ms)\n"
             "  --fault-seed S            seed of the fault draws (1)\n"
-            "The engine runs stepwise and each chunk is streamed when produced.\n\n%s",
+            "The engine runs stepwise and each chunk is streamed when produced;\n"
+            "chunks a stream produces in the same loop iteration leave in one\n"
+            "write (the fast mode for load tests: --fake --fake-ttft-ms 0\n"
+            "--fake-tpot-ms 0, or a large --time-scale).\n\n%s",
             engine_flags_help);
 }
 
