@@ -182,6 +182,14 @@ static void test_native(void)
     EXPECT("native too many ids", NH NS "{\"t\":0,\"in\":64,\"out\":1,\"ids\":[1,2]}\n", N, "bad.trace:3:",
            "more than 1 block ids for 64 tokens");
     EXPECT("native empty", "", N, "empty");
+    /* Required numbers may not be null (null would read as "not
+     * recorded", -1, and a call with -1 tokens; found by fuzz_trace_native). */
+    EXPECT("native null in", NH NS "{\"t\":0,\"in\":null,\"out\":1,\"ids\":[]}\n", N, "bad.trace:3:",
+           "in");
+    EXPECT("native null out", NH NS "{\"t\":0,\"in\":1,\"out\":null,\"ids\":[]}\n", N, "bad.trace:3:",
+           "out");
+    EXPECT("native null t", NH NS "{\"t\":null,\"in\":1,\"out\":1,\"ids\":[]}\n", N, "bad.trace:3:",
+           "t");
     EXPECT("native run too long", NH NS "{\"t\":0,\"in\":640,\"out\":1,\"ids\":[[5,11]]}\n", N,
            "bad.trace:3:", "more than 10 block ids");
     EXPECT("native run of 0", NH NS "{\"t\":0,\"in\":640,\"out\":1,\"ids\":[[5,0]]}\n", N,

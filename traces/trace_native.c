@@ -170,6 +170,15 @@ static int opt_int(json_t *o, const char *k, int64_t lo, int64_t hi, int64_t dfl
     return 0;
 }
 
+/* A required integer: present, not null, and in [lo, hi]. */
+static int req_int(json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *out)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return -1;
+    return opt_int(o, k, lo, hi, -1, out);
+}
+
 static int opt_str(struct nat *n, json_t *o, const char *k, uint32_t *out)
 {
     json_t *v = json_object_get(o, k);
@@ -241,7 +250,7 @@ static int nat_call(struct nat *n, json_t *o)
     int64_t v;
     if (!json_object_get(o, "t"))
         return NBAD(n, "%s", "t", "missing");
-    if (opt_int(o, "t", 0, TMAX, -1, &c.t_ns))
+    if (req_int(o, "t", 0, TMAX, &c.t_ns))
         return NBAD(n, "%s", "t", "expected nanoseconds >= 0");
     if (opt_int(o, "think", 0, TMAX, -1, &c.think_ns))
         return NBAD(n, "%s", "think", "expected nanoseconds >= 0");
@@ -249,10 +258,9 @@ static int nat_call(struct nat *n, json_t *o)
         return NBAD(n, "%s", "api", "expected nanoseconds >= 0");
     if (opt_int(o, "ttft", 0, TMAX, -1, &c.ttft_ns))
         return NBAD(n, "%s", "ttft", "expected nanoseconds >= 0");
-    if (!json_object_get(o, "in") || opt_int(o, "in", 0, TRACE_MAX_TOKENS, -1, &c.prompt_tokens))
+    if (req_int(o, "in", 0, TRACE_MAX_TOKENS, &c.prompt_tokens))
         return NBAD(n, "%s", "in", "expected a token count (0 .. 1e8)");
-    if (!json_object_get(o, "out") ||
-        opt_int(o, "out", 0, TRACE_MAX_OUTPUT, -1, &c.output_tokens))
+    if (req_int(o, "out", 0, TRACE_MAX_OUTPUT, &c.output_tokens))
         return NBAD(n, "%s", "out", "expected a token count (0 .. 1e7)");
     json_t *ty = json_object_get(o, "type");
     const char *tys = json_string_value(ty);
