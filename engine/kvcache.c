@@ -461,6 +461,7 @@ static inline void evict_prefetch(const struct kvcache *kv)
         if (b < kv->n_made) {
             kv_pf(&kv->st[b]);
             kv_pf(&kv->hash[b]);
+            kv_pf(&kv->next[b]); /* empty_push stores to it */
         }
     }
     if (kv->q_len > KV_EVICT_AHEAD / 4) {
@@ -511,8 +512,15 @@ static bool evict_one(struct kvcache *kv)
     uint32_t i = kv_lru_oldest(kv);
     if (i == KV_NONE)
         return false;
+    /* lru_take() inlined: the block's entry is the queue's head (no read
+     * of its queue position), and its flags need not be rewritten, since
+     * empty_push() below replaces the whole word. */
     uint32_t f = kv_flags(kv, i);
-    lru_take(kv, i);
+    ASSERT(f & KV_LRU);
+    ASSERT((kv->next[i] & (kv->q_cap - 1)) == (kv->q_head & (kv->q_cap - 1)));
+    kv->q[kv->q_head & (kv->q_cap - 1)].block = KV_NONE;
+    kv->lru_units -= units_of(kv, f);
+    kv->n_lru--;
     kv->q_head++;
     kv->q_len--;
     kv->free_units += 1;
