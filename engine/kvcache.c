@@ -454,6 +454,11 @@ static void lru_take(struct kvcache *kv, uint32_t i)
 static inline void evict_prefetch(const struct kvcache *kv)
 {
     uint64_t m = kv->q_cap - 1;
+    /* The queue's own lines first, further ahead (evictions come one at a
+     * time between other work, so the queue is cold): the entries read
+     * below are then at hand. */
+    if (kv->q_len > 2 * KV_EVICT_AHEAD)
+        kv_pf(&kv->q[(kv->q_head + 2 * KV_EVICT_AHEAD) & m]);
     /* (Inside a park's range entries are stale but defined: any block
      * index below n_made is safe to prefetch.) */
     if (kv->q_len > KV_EVICT_AHEAD) {
