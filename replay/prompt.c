@@ -59,22 +59,6 @@ static void vocab_init(void)
     }
 }
 
-/* hash_mix (traces/util.c), inlined: prompts of agentic traces run to
- * 100,000 tokens a call, one mix a token, and the call was a quarter of
- * the cost (test_prompt checks the two agree). */
-static inline uint64_t mix(uint64_t a, uint64_t b)
-{
-    uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
-uint64_t prompt_mix(uint64_t a, uint64_t b) { return mix(a, b); }
-
 const char *prompt_word(uint32_t v, size_t *len)
 {
     vocab_init();
@@ -88,7 +72,7 @@ static inline int64_t bsize(const struct prompt_spec *s) { return s->block_size 
  * the offset only. */
 static inline uint64_t block_key(const struct prompt_spec *s, int64_t b)
 {
-    return b < (int64_t)s->n_blocks ? mix(s->blocks[b], s->scope) : 0;
+    return b < (int64_t)s->n_blocks ? hash_mix(s->blocks[b], s->scope) : 0;
 }
 
 static inline uint32_t token_at(const struct prompt_spec *s, int64_t i, int64_t b, int64_t off,
@@ -96,11 +80,11 @@ static inline uint32_t token_at(const struct prompt_spec *s, int64_t i, int64_t 
 {
     uint64_t h;
     if (i < PROMPT_MARKER_TOKENS)
-        h = mix(s->session_salt ^ 0x6d61726b6572ull, (uint64_t)i);
+        h = hash_mix(s->session_salt ^ 0x6d61726b6572ull, (uint64_t)i);
     else if (b < (int64_t)s->n_blocks)
-        h = mix(key, (uint64_t)off);
+        h = hash_mix(key, (uint64_t)off);
     else
-        h = mix(s->call_salt ^ 0x7461696cull, (uint64_t)i);
+        h = hash_mix(s->call_salt ^ 0x7461696cull, (uint64_t)i);
     return (uint32_t)(h % PROMPT_ID_RANGE);
 }
 

@@ -48,8 +48,6 @@ struct prompt_spec {
     int64_t tokens;          /* prompt length in tokens */
 };
 
-/* hash_mix as prompts use it (inlined in prompt.c; equal to hash_mix). */
-uint64_t prompt_mix(uint64_t a, uint64_t b);
 /* Token i's value in [0, PROMPT_ID_RANGE). */
 uint32_t prompt_token(const struct prompt_spec *s, int64_t i);
 /* The word of text mode for a token value (with its leading space). */

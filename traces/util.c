@@ -199,16 +199,6 @@ double rng_gamma(struct rng *r, double shape, double scale)
     }
 }
 
-uint64_t hash_mix(uint64_t a, uint64_t b)
-{
-    uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
 
 uint64_t hash64(const void *data, size_t n, uint64_t seed)
 {
