@@ -30,7 +30,8 @@ LDLIBS   += $(PKG_LIBS)
 
 # Library sources: every .c of the source folders except the fuzz harnesses
 # and the programs in tests/.
-LIB_SRC  := $(filter-out replay/main.c,$(sort $(wildcard traces/*.c engine/*.c replay/*.c plots/*.c kernels/*.c)))
+SRC_DIRS := traces/base traces engine/clock engine engine/server plots kernels replay replay/cli
+LIB_SRC  := $(filter-out replay/cli/main.c,$(sort $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -69,7 +70,7 @@ $(BUILD)/libagentreplay.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/agentreplay: $(BUILD)/replay/main.o $(BUILD)/libagentreplay.a
+$(BUILD)/agentreplay: $(BUILD)/replay/cli/main.o $(BUILD)/libagentreplay.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
 ./agentreplay: $(BUILD)/agentreplay
@@ -83,7 +84,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libagentreplay.a tests/testhelp.h
 # prints "N passed, N failed[, N skipped]"; tests/run.sh sums them.
 test: deps-ok $(BUILD)/agentreplay $(TEST_BIN)
 	@AGENTREPLAY_SHARED=$(SHARED) AGENTREPLAY_BIN=$(CURDIR)/$(BUILD)/agentreplay \
-	  sh tests/run.sh $(TEST_BIN)
+	  sh tests/run.sh tests/layers.sh $(TEST_BIN)
 
 check: deps-ok
 	@$(MAKE) --no-print-directory BUILD=build/check CC=$(CC) \
@@ -95,9 +96,9 @@ bench: deps-ok $(BUILD)/agentreplay $(BENCH_BIN)
 
 # Fuzz harnesses: clang's libFuzzer, each for FUZZ_SECONDS.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
-# The harnesses reach no kernel code (only main.c calls kernels_cmd), and
-# kernels/ is built by gcc and nvcc only.
-FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/%,$(LIB_SRC)))
+# The harnesses reach no kernel code (only the kernels command calls it),
+# and kernels/ is built by gcc and nvcc only.
+FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/% replay/cli/kernels.c,$(LIB_SRC)))
 build/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -DAGENTREPLAY_DATADIR='"$(PREFIX)/share/agentreplay"' -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
@@ -134,4 +135,4 @@ kernels:
 clean:
 	rm -rf build agentreplay
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/replay/main.d
+-include $(LIB_OBJ:.o=.d) $(BUILD)/replay/cli/main.d

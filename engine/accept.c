@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
 
 #define CURVE_A 0.838
 #define CURVE_R 0.946

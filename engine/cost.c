@@ -25,7 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/hash.h"
+#include "traces/base/file.h"
 
 /* ---- kernel names (the contract with calibration files) ---- */
 
@@ -1272,7 +1275,7 @@ struct cost_model *cost_create(const struct model_preset *m,
         c->n_variant[m->layer_kind[i]][m->layer_moe[i] ? 1 : 0]++;
     if (calibration_path && *calibration_path) {
         size_t len;
-        char *text = util_read_file(calibration_path, &len, err);
+        char *text = file_read(calibration_path, &len, err);
         if (!text) {
             free(c);
             return NULL;

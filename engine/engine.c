@@ -39,6 +39,10 @@
 #include "engine/preset.h"
 #include "engine/sched.h"
 #include "engine/spec.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/rng.h"
+#include "traces/base/hash.h"
 
 /* Checkpoints along a prompt every this many tokens (rounded to blocks):
  * 32k tokens keeps their memory near 3 % of the KV they cover on Kimi K3

@@ -49,8 +49,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "replay/loop.h"
-#include "traces/util.h"
+#include "engine/clock/loop.h"
 
 struct engine;
 struct engine_request;

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
 
 void kv_init(struct kvcache *kv, int64_t total_units, int64_t ckpt_units)
 {

@@ -45,7 +45,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
 
 #define KV_NONE UINT32_MAX
 

@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/file.h"
 
 /* ---- small JSON readers that name the field in their messages ---- */
 
@@ -396,7 +397,7 @@ static int load_file(const char *name_or_path, const char *dir, char *path,
             return err_set(err, "bad %s preset name '%s'", dir, name_or_path);
     char rel[256];
     snprintf(rel, sizeof rel, "engine/presets/%s/%s.json", dir, name_or_path);
-    if (util_data_path(rel, path, n) != 0)
+    if (file_data_path(rel, path, n) != 0)
         return err_set(err, "unknown %s preset '%s' (no %s found)",
                        strcmp(dir, "models") == 0 ? "model" : "gpu",
                        name_or_path, rel);
@@ -409,7 +410,7 @@ int preset_load_model(const char *name_or_path, struct model_preset *m, char *er
     if (load_file(name_or_path, "models", path, sizeof path, err))
         return -1;
     size_t len;
-    char *text = util_read_file(path, &len, err);
+    char *text = file_read(path, &len, err);
     if (!text)
         return -1;
     int rc = preset_parse_model(text, len, path, m, err);
@@ -423,7 +424,7 @@ int preset_load_gpu(const char *name_or_path, struct gpu_preset *g, char *err)
     if (load_file(name_or_path, "gpus", path, sizeof path, err))
         return -1;
     size_t len;
-    char *text = util_read_file(path, &len, err);
+    char *text = file_read(path, &len, err);
     if (!text)
         return -1;
     int rc = preset_parse_gpu(text, len, path, g, err);

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/hash.h"
 
 /* Longest closed-form run, in steps, and the scratch it may use. */
 #define RUN_MAX_STEPS 65536

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/rng.h"
+#include "traces/base/hash.h"
 
 int spec_init(struct spec_model *s, int draft, const char *acceptance,
               uint64_t seed, char *err)

@@ -26,7 +26,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/file.h"
+#include "traces/base/time_ns.h"
 
 #define NPCT 5
 static const int pct_list[NPCT] = {50, 75, 90, 95, 99};
@@ -228,7 +231,7 @@ static int csv_read(const char *path, struct csv *c, char *err)
     memset(c, 0, sizeof *c);
     snprintf(c->path, sizeof c->path, "%s", path);
     size_t len;
-    char *text = util_read_file(path, &len, err);
+    char *text = file_read(path, &len, err);
     if (!text)
         return -1;
     int lineno = 0, cap = 0;
@@ -1552,12 +1555,12 @@ static int copy_script(const char *name, const char *outdir, char *err)
 {
     char rel[128], src[PATH_MAX], dst[PATH_MAX + 64];
     snprintf(rel, sizeof rel, "plots/%s", name);
-    if (util_data_path(rel, src, sizeof src))
+    if (file_data_path(rel, src, sizeof src))
         return err_set(err, "%s: gnuplot script not found (looked beside the program, under "
                             "%s and in the current folder)",
                        rel, AGENTREPLAY_DATADIR);
     size_t len;
-    char *text = util_read_file(src, &len, err);
+    char *text = file_read(src, &len, err);
     if (!text)
         return -1;
     snprintf(dst, sizeof dst, "%s/%s", outdir, name);

@@ -27,6 +27,10 @@
 #include <string.h>
 
 #include "replay/sse.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/hash.h"
+#include "traces/base/time_ns.h"
 
 #define SSE_MAX_EVENT (1u << 20)
 #define GET_MAX_BODY (4u << 20)

@@ -24,8 +24,8 @@
 
 #include <stdint.h>
 
-#include "replay/prompt.h"
-#include "replay/target.h"
+#include "traces/prompt.h"
+#include "engine/target.h"
 
 enum http_endpoint { HTTP_EP_CHAT = 0, HTTP_EP_COMPLETIONS = 1 };
 

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/hash.h"
 
 void dvec_push(struct dvec *d, double x)
 {

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "replay/hdr.h"
+#include "traces/base/hdr.h"
 #include "replay/records.h"
 
 struct metrics_stat {

@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
 
 struct records_writer {
     FILE *f;

@@ -19,7 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/rng.h"
+#include "traces/base/hash.h"
+#include "traces/base/time_ns.h"
+#include "traces/base/parse.h"
 
 struct lane;
 struct runner;
@@ -233,23 +238,23 @@ int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, c
         c->concurrency_set = true;
     } else if (!strcmp(f, "--duration")) {
         NEED_VALUE();
-        if (util_parse_duration(v, &c->duration_ns, err) || c->duration_ns <= 0)
+        if (parse_duration(v, &c->duration_ns, err) || c->duration_ns <= 0)
             return err_set(err, "bad --duration '%s' (want e.g. 1800, 90s, 30m; > 0)", v);
     } else if (!strcmp(f, "--grace")) {
         NEED_VALUE();
         if (!strcmp(v, "none"))
             c->grace_ns = -1;
-        else if (util_parse_duration(v, &c->grace_ns, err))
+        else if (parse_duration(v, &c->grace_ns, err))
             return -1;
     } else if (!strcmp(f, "--idle-cap")) {
         NEED_VALUE();
         if (!strcmp(v, "none"))
             c->idle_cap_ns = -1;
-        else if (util_parse_duration(v, &c->idle_cap_ns, err))
+        else if (parse_duration(v, &c->idle_cap_ns, err))
             return -1;
     } else if (!strcmp(f, "--min-duration")) {
         NEED_VALUE();
-        if (util_parse_duration(v, &c->min_measured_ns, err))
+        if (parse_duration(v, &c->min_measured_ns, err))
             return -1;
     } else if (!strcmp(f, "--seed")) {
         NEED_VALUE();

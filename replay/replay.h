@@ -41,11 +41,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "replay/loop.h"
+#include "engine/clock/loop.h"
 #include "replay/metrics.h"
 #include "replay/records.h"
-#include "replay/target.h"
+#include "engine/target.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
 
 enum replay_mode {
     REPLAY_MODE_SESSIONS = 0,

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
 
 static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
 

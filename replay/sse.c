@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/mem.h"
 
 void sse_init(struct sse *p, size_t max_event_bytes, sse_event_cb cb, void *arg)
 {

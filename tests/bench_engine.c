@@ -23,9 +23,14 @@
 #include <jansson.h>
 
 #include "engine/engine.h"
-#include "replay/loop.h"
+#include "engine/clock/loop.h"
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
+#include "traces/base/rng.h"
+#include "traces/base/hash.h"
+#include "traces/base/file.h"
+#include "traces/base/time_ns.h"
 
 #define THINK_CAP_NS (10 * NS_PER_S)
 
@@ -173,9 +178,9 @@ static int run(const struct trace *t, int gpus, int tp, int sessions, double sim
     }
     struct loop_timer stop = {0};
     loop_at(l, &stop, (int64_t)(sim_s * NS_PER_S), stop_cb, NULL);
-    int64_t w0 = util_wall_ns(), c0 = cpu_ns();
+    int64_t w0 = wall_ns(), c0 = cpu_ns();
     loop_run(l);
-    int64_t w1 = util_wall_ns(), c1 = cpu_ns();
+    int64_t w1 = wall_ns(), c1 = cpu_ns();
     struct engine_stats st;
     engine_get_stats(b.e, &st);
     json_t *d = engine_describe_json(b.e);
@@ -220,7 +225,7 @@ int main(int argc, char **argv)
     char err[ERR_LEN];
     char path[4096] = "";
     const char *src = NULL;
-    if (util_data_path("traces/samples/agentic-synth.jsonl", path, sizeof path) == 0)
+    if (file_data_path("traces/samples/agentic-synth.jsonl", path, sizeof path) == 0)
         src = path;
     else if ((src = test_shared("traces/agentic-cc")) == NULL) {
         printf("bench_engine: no sample trace and no ../shared/traces/agentic-cc; skipped\n");

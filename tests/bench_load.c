@@ -43,7 +43,6 @@
 #include <sys/wait.h>
 
 #include "tests/testhelp.h"
-#include "traces/util.h"
 
 static char dir[256];
 static int quick;

@@ -25,6 +25,7 @@
 
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
 
 static double wall_s(void)
 {

@@ -11,9 +11,10 @@
 
 #include "engine/engine.h"
 #include "replay/replay.h"
-#include "replay/target.h"
+#include "engine/target.h"
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
 
 static double cpu_s(void)
 {

@@ -15,6 +15,9 @@
 
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
+#include "traces/base/hash.h"
+#include "traces/base/time_ns.h"
 
 static uint64_t path_bytes(const char *p)
 {
@@ -92,9 +95,9 @@ static void bench_one(const char *what, const char *path)
         trace_destroy(t);
         struct timespec c0, c1;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-        int64_t t0 = util_wall_ns();
+        int64_t t0 = wall_ns();
         t = trace_read(path, NULL, err);
-        ns[r] = util_wall_ns() - t0;
+        ns[r] = wall_ns() - t0;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
         cpu[r] = (c1.tv_sec - c0.tv_sec) * NS_PER_S + (c1.tv_nsec - c0.tv_nsec);
         if (!t) {

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/httpd.h"
-#include "traces/util.h"
+#include "engine/server/httpd.h"
+#include "traces/base/err.h"
 
 struct fz {
     struct httpd_conn *held;

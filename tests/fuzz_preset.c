@@ -9,7 +9,7 @@
 
 #include "engine/cost.h"
 #include "engine/preset.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

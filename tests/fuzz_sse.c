@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "replay/sse.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
 
 static int on_event(void *arg, const char *event, const char *data, size_t n)
 {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "traces/trace.h"
+#include "traces/base/err.h"
 
 static int fuzz_trace_read(const uint8_t *data, size_t size, enum trace_format f)
 {

@@ -15,7 +15,8 @@
 #include "engine/cost.h"
 #include "engine/fidelity.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/file.h"
 
 static struct model_preset kimi, dsv3, llama;
 static struct gpu_preset gb300, gb200, h200;
@@ -456,12 +457,12 @@ static void test_fidelity_data(void)
     close(fd);
     CHECKF(fidelity_write_csv(path, err) == 0, "fidelity csv: %s", err);
     size_t len;
-    char *t = util_read_file(path, &len, err);
+    char *t = file_read(path, &len, err);
     CHECK(t && strstr(t, "setup,gpu,gpus,tp,backend,batch,spec,acceptance,predicted_tok_s,published_tok_s") == t,
           "fidelity csv header");
     free(t);
     CHECKF(breakdown_write_csv(path, 4, err) == 0, "breakdown csv: %s", err);
-    t = util_read_file(path, &len, err);
+    t = file_read(path, &len, err);
     CHECK(t && strstr(t, "path,layer_kind,kernel,batch,us_per_layer\n") == t &&
               strstr(t, "latency_specialized,kda,o_proj_allreduce_residual,4,") &&
               strstr(t, "auto,mla,mla_attention,4,"),
@@ -475,12 +476,12 @@ static void test_fidelity_data(void)
 static void test_names_documented(void)
 {
     char path[1024], err[ERR_LEN];
-    if (util_data_path("engine/CALIBRATION.md", path, sizeof path) != 0) {
+    if (file_data_path("engine/CALIBRATION.md", path, sizeof path) != 0) {
         SKIP("engine/CALIBRATION.md not found");
         return;
     }
     size_t len;
-    char *doc = util_read_file(path, &len, err);
+    char *doc = file_read(path, &len, err);
     CHECK(doc != NULL, "read CALIBRATION.md");
     if (!doc)
         return;

@@ -13,6 +13,9 @@
 #include "engine/cost.h"
 #include "engine/preset.h"
 #include "tests/testhelp.h"
+#include "traces/base/err.h"
+#include "traces/base/rng.h"
+#include "traces/base/time_ns.h"
 
 /* ---- a random closed-loop workload ---- */
 

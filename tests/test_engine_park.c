@@ -15,9 +15,13 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "replay/loop.h"
+#include "engine/clock/loop.h"
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
+#include "traces/base/rng.h"
+#include "traces/base/hash.h"
+#include "traces/base/time_ns.h"
 
 struct prun;
 

@@ -7,7 +7,7 @@
 
 #include "engine/spec.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
 
 /* The draw as first written: u in [0, 1) from the top 53 bits, then the
  * first k with u < cdf[k]. */

@@ -1,9 +1,11 @@
 /* test_hdr.c: the HDR histogram's error bound (<= 0.1 % against exact
  * percentiles), its bucket arithmetic, merge and edge cases. */
-#include "replay/hdr.h"
+#include "traces/base/hdr.h"
 #include "replay/metrics.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/rng.h"
 
 int main(void)
 {

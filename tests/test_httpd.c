@@ -3,7 +3,7 @@
  * client is dropped without holding up others, a dead client is noticed,
  * idle connections close, and stream chunks produced in one loop iteration
  * leave in one write while chunks produced apart leave apart. */
-#include "engine/httpd.h"
+#include "engine/server/httpd.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,7 +12,8 @@
 #include <sys/time.h>
 
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/time_ns.h"
 
 struct seen {
     int n;

@@ -27,7 +27,7 @@
 
 #include "testhelp.h"
 #include "testproc.h"
-#include "traces/util.h"
+#include "traces/base/rng.h"
 
 static char tmpdir[256];
 

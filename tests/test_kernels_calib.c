@@ -12,6 +12,7 @@
 #include "engine/preset.h"
 #include "kernels/k3calib.h"
 #include "tests/testhelp.h"
+#include "traces/base/err.h"
 
 /* Writes every kernel of both paths for both layer kinds; returns the
  * number of distinct entries. */

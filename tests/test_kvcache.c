@@ -4,7 +4,8 @@
 #include "engine/kvcache.h"
 
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/rng.h"
 
 static int verify(const struct kvcache *kv)
 {

@@ -16,7 +16,9 @@
 
 #include "engine/kvcache.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/rng.h"
+#include "traces/base/hash.h"
 
 #define N_SESS 10
 #define MAXB 64

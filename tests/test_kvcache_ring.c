@@ -8,7 +8,9 @@
 
 #include "engine/kvcache.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/rng.h"
+#include "traces/base/hash.h"
 
 #define POOL 200
 

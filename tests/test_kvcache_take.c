@@ -7,7 +7,10 @@
 
 #include "engine/kvcache.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/rng.h"
+#include "traces/base/hash.h"
 
 static int verify(const struct kvcache *kv)
 {

@@ -7,9 +7,11 @@
 #include <jansson.h>
 
 #include "replay/replay.h"
-#include "replay/target.h"
+#include "engine/target.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/rng.h"
 
 #define MS (1000000LL)
 #define S (1000000000LL)

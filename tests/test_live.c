@@ -19,13 +19,15 @@
 #include <time.h>
 
 #include "engine/engine.h"
-#include "replay/loop.h"
+#include "engine/clock/loop.h"
 #include "replay/records.h"
 #include "replay/replay.h"
 #include "replay/sse.h"
-#include "replay/target.h"
+#include "engine/target.h"
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
+#include "traces/base/time_ns.h"
 
 static char tmpdir[256];
 
@@ -291,9 +293,9 @@ static void test_loop_real(void)
         loop_at(l, &t[i], now + at[i] * NS_PER_MS, tl_cb, &x);
     }
     loop_cancel(l, &t[4]);
-    int64_t w0 = util_wall_ns();
+    int64_t w0 = wall_ns();
     loop_run(l);
-    int64_t took = util_wall_ns() - w0;
+    int64_t took = wall_ns() - w0;
     CHECK(x.n == 4, "four timers fired, the cancelled one not");
     CHECKF(x.order[0] == 1 && x.order[1] == 2 && x.order[2] == 3 && x.order[3] == 0,
            "in time order, ties in arming order (%d %d %d %d)", x.order[0], x.order[1], x.order[2],

@@ -1,7 +1,9 @@
 /* test_loop.c: the timer heap and the virtual clock. */
-#include "replay/loop.h"
+#include "engine/clock/loop.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/rng.h"
+#include "traces/base/time_ns.h"
+#include "traces/base/parse.h"
 
 static int64_t fired_at[64];
 static int order[64];
@@ -83,7 +85,7 @@ int main(void)
         sum += rng_exp(&a, 2.0);
     CHECK_NEAR(sum / 100000, 2.0, 0.02, "exponential mean");
     int64_t ns;
-    CHECK(util_parse_duration("1.5m", &ns, NULL) == 0 && ns == 90 * NS_PER_S, "parse 1.5m");
-    CHECK(util_parse_duration("abc", &ns, NULL) < 0, "bad duration refused");
+    CHECK(parse_duration("1.5m", &ns, NULL) == 0 && ns == 90 * NS_PER_S, "parse 1.5m");
+    CHECK(parse_duration("abc", &ns, NULL) < 0, "bad duration refused");
     return test_report();
 }

@@ -7,7 +7,7 @@
 
 #include "replay/metrics.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
 
 #define MS 1000000LL
 

@@ -18,7 +18,10 @@
 
 #include "plots/plot.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/rng.h"
+#include "traces/base/file.h"
 
 static char root[256];
 
@@ -291,7 +294,7 @@ static int report_links(const char *dir, int *missing)
     char p[1024], e[ERR_LEN];
     snprintf(p, sizeof p, "%s/report.md", dir);
     size_t len;
-    char *t = util_read_file(p, &len, e);
+    char *t = file_read(p, &len, e);
     *missing = 0;
     if (!t) {
         *missing = 1;
@@ -319,7 +322,7 @@ static char *slurp(const char *dir, const char *name)
     char p[1024], e[ERR_LEN];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     size_t len;
-    return util_read_file(p, &len, e);
+    return file_read(p, &len, e);
 }
 
 static const char *charts[] = {"pareto", "distributions", "timeline", "breakdown", "fidelity"};

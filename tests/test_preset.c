@@ -6,7 +6,8 @@
 
 #include "engine/preset.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/file.h"
 
 static int parse_model(const char *txt, char *err)
 {
@@ -163,8 +164,8 @@ static void test_bad(void)
     char gtxt[8192];
     size_t glen;
     char path[1024];
-    CHECK(util_data_path("engine/presets/gpus/gb300.json", path, sizeof path) == 0, "gb300 file found");
-    char *t = util_read_file(path, &glen, err);
+    CHECK(file_data_path("engine/presets/gpus/gb300.json", path, sizeof path) == 0, "gb300 file found");
+    char *t = file_read(path, &glen, err);
     CHECK(t != NULL, "read gb300");
     if (t) {
         snprintf(gtxt, sizeof gtxt, "%s", t);

@@ -1,12 +1,11 @@
 /* test_prompt.c: prompt synthesis from block chains (determinism, exact
  * lengths, shared prefixes where chains share blocks, streaming) and the
  * server's content-derived block ids. */
-#include "replay/prompt.h"
+#include "traces/prompt.h"
 
 #include <jansson.h>
 
 #include "tests/testhelp.h"
-#include "traces/util.h"
 
 static int64_t count_words(const char *s)
 {

@@ -8,9 +8,10 @@
 #include "replay/records.h"
 #include "replay/replay.h"
 #include "replay/results.h"
-#include "replay/target.h"
+#include "engine/target.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/time_ns.h"
 
 static int parse(struct replay_config *c, const char *a, const char *b, char *err)
 {

@@ -8,6 +8,7 @@
 
 #include "engine/preset.h"
 #include "tests/testhelp.h"
+#include "traces/base/err.h"
 
 struct fake_loop {
     struct loop base;

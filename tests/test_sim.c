@@ -12,7 +12,8 @@
 
 #include "replay/results.h"
 #include "tests/testhelp.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/file.h"
 
 static char tmpdir[256];
 
@@ -31,7 +32,7 @@ static int sh(const char *fmt, ...)
 static bool same_file(const char *a, const char *b)
 {
     size_t na, nb;
-    char *x = util_read_file(a, &na, NULL), *y = util_read_file(b, &nb, NULL);
+    char *x = file_read(a, &na, NULL), *y = file_read(b, &nb, NULL);
     bool same = x && y && na == nb && !memcmp(x, y, na);
     free(x);
     free(y);
@@ -178,15 +179,15 @@ int main(void)
         CHECKF(rc == 3, "compare 8 vs 16 GPUs exits 3 (got %d)", rc);
         char p[600];
         snprintf(p, sizeof p, "%s/cmp.txt", tmpdir);
-        char *txt = util_read_file(p, NULL, NULL);
+        char *txt = file_read(p, NULL, NULL);
         CHECK(txt && strstr(txt, "8 GPUs") && strstr(txt, "16"), "the refusal explains the GPU counts");
         free(txt);
         rc = sh("%s compare --per-gpu %s %s >%s/cmp.txt 2>&1", bin, dir2, d16, tmpdir);
-        txt = util_read_file(p, NULL, NULL);
+        txt = file_read(p, NULL, NULL);
         CHECK(rc == 0 && txt && strstr(txt, "PER-GPU"), "--per-gpu compares and says so loudly");
         free(txt);
         rc = sh("%s compare %s %s >%s/cmp.txt 2>&1", bin, dir, d16, tmpdir);
-        txt = util_read_file(p, NULL, NULL);
+        txt = file_read(p, NULL, NULL);
         CHECK(rc == 0 && txt && strstr(txt, "B/A") && strstr(txt, "differs: concurrency"),
               "same GPU count: side by side, confounders flagged");
         free(txt);
@@ -210,7 +211,7 @@ int main(void)
                 ">/dev/null 2>&1",
                 bin, cc, dir2);
         snprintf(p, sizeof p, "%s/sweep.csv", dir2);
-        txt = util_read_file(p, NULL, NULL);
+        txt = file_read(p, NULL, NULL);
         int lines = 0;
         for (char *q = txt; q && *q; q++)
             lines += *q == '\n';
@@ -227,7 +228,7 @@ int main(void)
         CHECKF(rc == 3, "compare of sweeps on 16 and 8 GPUs refused (exit %d)", rc);
         rc = sh("%s compare --per-gpu %s %s/sw8 >%s/cmp2.txt 2>&1", bin, dir2, tmpdir, tmpdir);
         snprintf(p, sizeof p, "%s/cmp2.txt", tmpdir);
-        txt = util_read_file(p, NULL, NULL);
+        txt = file_read(p, NULL, NULL);
         CHECK(rc == 0 && txt && strstr(txt, "PER-GPU") && strstr(txt, "tok/s/GPU"),
               "--per-gpu compares sweeps' throughput per GPU at equal interactivity");
         free(txt);
@@ -255,7 +256,7 @@ int main(void)
         rc = sh("%s plan --trace %s --slo interactivity_p90=150,ttft_p90_ms=2000 --duration 120 "
                 "--max-concurrency 16 >%s/plan.txt 2>&1", bin, cc, tmpdir);
         snprintf(p, sizeof p, "%s/plan.txt", tmpdir);
-        txt = util_read_file(p, NULL, NULL);
+        txt = file_read(p, NULL, NULL);
         CHECK(rc == 0 && txt && strstr(txt, "live sessions") && strstr(txt, "pass") && strstr(txt, "FAIL"),
               "plan prints the answer and its bracketing runs");
         free(txt);

@@ -10,6 +10,8 @@
 
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
+#include "traces/base/time_ns.h"
 
 static struct trace *rd(const char *path, enum trace_format f)
 {

@@ -10,6 +10,9 @@
 
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
+#include "traces/base/rng.h"
+#include "traces/base/file.h"
 
 static struct trace_read_opts opts_fmt(enum trace_format f, bool skip)
 {
@@ -281,7 +284,7 @@ static void test_prefixes(const char *rel, size_t max, size_t step)
     }
     size_t len;
     char err[ERR_LEN];
-    char *d = util_read_file(p, &len, err);
+    char *d = file_read(p, &len, err);
     CHECK(d != NULL, "read sample");
     if (!d)
         return;

@@ -8,6 +8,9 @@
 
 #include "tests/testhelp.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
+#include "traces/base/file.h"
+#include "traces/base/time_ns.h"
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -134,7 +137,7 @@ static void test_stats(void)
 static void test_sample(void)
 {
     char path[4096];
-    if (util_data_path("traces/samples/agentic-synth.jsonl", path, sizeof path)) {
+    if (file_data_path("traces/samples/agentic-synth.jsonl", path, sizeof path)) {
         CHECK(0, "traces/samples/agentic-synth.jsonl present");
         return;
     }

@@ -22,6 +22,10 @@
  * so a seed gives the same trace on every machine.
  */
 #include "traces/trace_internal.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/rng.h"
+#include "traces/base/time_ns.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -10,6 +10,9 @@
  * block, so a hash collision can only cost compression, never correctness.
  */
 #include "traces/trace_internal.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/hash.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "traces/util.h"
+#include "traces/base/mem.h"
 
 #define TRACE_NONE UINT32_MAX
 

@@ -4,6 +4,8 @@
  * interpreted (their `t` is the subagent's completion time).
  */
 #include "traces/trace_internal.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -13,6 +13,9 @@
  * carries prefix information: chains are empty.
  */
 #include "traces/trace_internal.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/time_ns.h"
 
 #include <errno.h>
 #include <math.h>

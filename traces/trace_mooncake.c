@@ -5,6 +5,8 @@
  * one call with an absolute arrival time.
  */
 #include "traces/trace_internal.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,6 +5,8 @@
  * trace model; times are integer nanoseconds.
  */
 #include "traces/trace_internal.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
 
 #include <errno.h>
 #include <inttypes.h>

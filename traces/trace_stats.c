@@ -13,6 +13,8 @@
  * under 1 s (and the peak memory from 2 GB to the trace itself).
  */
 #include "traces/trace_internal.h"
+#include "traces/base/mem.h"
+#include "traces/base/hash.h"
 
 #include <stdio.h>
 #include <stdlib.h>

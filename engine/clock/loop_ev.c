@@ -12,7 +12,7 @@
  *
  * loop_run() returns when no timer is armed and no socket watcher is
  * active, or after loop_stop(). */
-#include "replay/loop.h"
+#include "engine/clock/loop.h"
 
 #include <errno.h>
 #include <ev.h>
@@ -21,7 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "traces/util.h"
+#include "traces/base/mem.h"
+#include "traces/base/time_ns.h"
 
 struct rloop {
     struct loop base;

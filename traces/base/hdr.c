@@ -1,10 +1,10 @@
 /* hdr.c: the log-linear histogram of hdr.h. */
-#include "replay/hdr.h"
+#include "traces/base/hdr.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/mem.h"
 
 uint32_t hdr_index(int64_t v)
 {

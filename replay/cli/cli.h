@@ -1,6 +1,6 @@
 /* cli.h: the subcommands of ./agentreplay. Each takes the arguments after
  * its own name (argv[0] is the subcommand) and returns the process exit
- * code (traces/util.h: 0 ok, 1 run failed, 2 bad input, 3 refused). */
+ * code (traces/base/err.h: 0 ok, 1 run failed, 2 bad input, 3 refused). */
 #ifndef CLI_H
 #define CLI_H
 

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "replay/cli.h"
+#include "replay/cli/cli.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
 
 static void usage(FILE *f)
 {

@@ -31,13 +31,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "replay/cli.h"
+#include "replay/cli/cli.h"
 #include "replay/http_target.h"
 #include "replay/metrics.h"
 #include "replay/records.h"
 #include "replay/results.h"
 #include "replay/replay.h"
 #include "traces/trace.h"
+#include "traces/base/err.h"
+#include "traces/base/time_ns.h"
+#include "traces/base/parse.h"
 
 struct load {
     struct loop *loop;
@@ -281,7 +284,7 @@ static void usage(FILE *f)
 
 static int parse_secs(const char *v, int64_t *ns, char *err)
 {
-    if (util_parse_duration(v, ns, err))
+    if (parse_duration(v, ns, err))
         return -1;
     if (*ns <= 0)
         return err_set(err, "'%s' must be > 0", v);

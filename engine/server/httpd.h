@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "replay/loop.h"
+#include "engine/clock/loop.h"
 
 struct httpd;
 struct httpd_conn;

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "replay/cli.h"
-#include "replay/loop.h"
-#include "traces/util.h"
+#include "replay/cli/cli.h"
+#include "engine/clock/loop.h"
+#include "traces/base/err.h"
 
 static void usage(FILE *f)
 {

@@ -13,8 +13,8 @@
 #include "engine/cost.h"
 #include "engine/fidelity.h"
 #include "engine/preset.h"
-#include "replay/cli.h"
-#include "traces/util.h"
+#include "replay/cli/cli.h"
+#include "traces/base/err.h"
 
 #define BENCH_SCHEMA_VERSION 1
 

@@ -4,7 +4,10 @@
  *     the next timer; deterministic; no I/O;
  *   - the real clock (loop_real_create, loop_ev.c): libev, monotonic time,
  *     timers and socket watchers (libcurl's multi socket API, the HTTP
- *     server).
+ *     server);
+ *   - the scaled clock (loop_scaled_create, loop_scaled.c): a real clock
+ *     running `scale` times faster that, like the virtual one, never
+ *     passes an armed timer (the engine behind `serve`).
  * Neither the engine nor the replayer knows which one it runs on.
  *
  * Timers are intrusive: the caller owns a struct loop_timer (usually inside
@@ -73,6 +76,15 @@ struct loop {
 struct loop *loop_virtual_create(void);
 /* Creates a real-clock loop on libev (loop_ev.c); time 0 is creation. */
 struct loop *loop_real_create(void);
+/* Creates a scaled clock over the real loop `inner` (which must outlive
+ * it); its time is inner's times `scale`. */
+struct loop *loop_scaled_create(struct loop *inner, double scale);
+/* Freezes a scaled clock at its current time around a call into the
+ * engine from outside its timers (submit, cancel), so that the engine
+ * reads one time throughout, as it would on the virtual clock. Returns
+ * whether it froze (nested calls leave it as it is); pass that to thaw. */
+int loop_scaled_freeze(struct loop *l);
+void loop_scaled_thaw(struct loop *l, int froze);
 
 static inline int64_t loop_now(struct loop *l) { return l->ops->now(l); }
 

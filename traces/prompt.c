@@ -1,11 +1,13 @@
 /* prompt.c: synthetic prompts from block chains and block ids from prompt
  * content (see prompt.h). */
-#include "replay/prompt.h"
+#include "traces/prompt.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/hash.h"
 
 /* 256 common English words; with a leading space each is a single token
  * in the BPE vocabularies of current open and closed models. */

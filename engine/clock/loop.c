@@ -5,11 +5,12 @@
  * intrusive timers: push and pop are O(log n) with no allocation once the
  * array has grown, which is what a replay of thousands of sessions needs
  * (a few timers per live call). */
-#include "replay/loop.h"
+#include "engine/clock/loop.h"
 
 #include <stdlib.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
 
 void loop_heap_init(struct loop_heap *h)
 {

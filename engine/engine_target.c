@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "replay/target.h"
+#include "engine/target.h"
+#include "traces/base/mem.h"
 
 struct ecall {
     struct engine_request req;

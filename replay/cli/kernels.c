@@ -24,8 +24,10 @@
 
 #include "kernels/k3calib.h"
 #include "kernels/k3layer.h"
-#include "replay/cli.h"
-#include "traces/util.h"
+#include "replay/cli/cli.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/file.h"
 
 #define DRIVER "build/kernels/agentreplay-kernels"
 
@@ -192,7 +194,7 @@ static int run_driver(int argc, char **argv)
     const char *env = getenv("AGENTREPLAY_KERNELS_BIN");
     if (env && *env)
         snprintf(path, sizeof path, "%s", env);
-    else if (util_data_path(DRIVER, path, sizeof path) != 0) {
+    else if (file_data_path(DRIVER, path, sizeof path) != 0) {
         fprintf(stderr,
                 "agentreplay kernels %s: the CUDA driver is not built (%s); run "
                 "`make kernels` on a machine with nvcc (CUDA toolkit)\n",

@@ -5,8 +5,9 @@
 #include <string.h>
 
 #include "plots/plot.h"
-#include "replay/cli.h"
-#include "traces/util.h"
+#include "replay/cli/cli.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
 
 static void plot_usage(FILE *f)
 {

@@ -19,14 +19,17 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "replay/cli.h"
+#include "replay/cli/cli.h"
 #include "replay/metrics.h"
 #include "replay/records.h"
 #include "replay/replay.h"
 #include "replay/results.h"
-#include "replay/target.h"
+#include "engine/target.h"
 #include "traces/trace.h"
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/file.h"
+#include "traces/base/time_ns.h"
 
 #if defined(__has_include)
 #if __has_include("engine/fidelity.h")
@@ -99,7 +102,7 @@ static int load_trace(struct ctx *c, const char *path, const struct trace_read_o
 {
     char buf[1024];
     if (!path) {
-        if (util_data_path("traces/samples/agentic-synth.jsonl", buf, sizeof buf))
+        if (file_data_path("traces/samples/agentic-synth.jsonl", buf, sizeof buf))
             return err_set(err, "the built-in sample trace (traces/samples/agentic-synth.jsonl) was not found; give --trace");
         path = buf;
     }
@@ -133,7 +136,7 @@ static void on_tick(void *arg, struct replay *r, int64_t now)
         replay_interrupt(r);
     if (!p->show)
         return;
-    int64_t wall = util_wall_ns() - p->wall0;
+    int64_t wall = wall_ns() - p->wall0;
     if (p->shown && wall - p->last_wall < 100 * NS_PER_MS)
         return;
     p->last_wall = wall;
@@ -249,7 +252,7 @@ static int run_point(const struct ctx *c, const struct point *p, json_t **out, c
         }
     }
     replay_set_outputs(r, w, tl);
-    struct progress pr = {.wall0 = util_wall_ns(), .end_ns = p->rc.duration_ns, .show = c->progress};
+    struct progress pr = {.wall0 = wall_ns(), .end_ns = p->rc.duration_ns, .show = c->progress};
     replay_set_tick(r, on_tick, &pr);
     replay_start(r);
     loop_run(l);
@@ -655,14 +658,14 @@ static int run_points(const struct ctx *c, struct point *pts, int n, int jobs, b
             for (int i = w; i < n; i += (jobs > 1 ? jobs : 1)) {
                 char err[ERR_LEN] = "";
                 json_t *run = NULL;
-                int64_t t0 = util_wall_ns();
+                int64_t t0 = wall_ns();
                 int rc = run_point(&cc, &pts[i], &run, err);
                 if (rc != EXIT_OK) {
                     failed++;
                     fprintf(stderr, "%s: %s\n", pts[i].label, err);
                 } else if (verbose) {
                     fprintf(stderr, "  done %-34s c=%-3d %6.1f s wall\n", pts[i].label,
-                            pts[i].rc.concurrency, (double)(util_wall_ns() - t0) / 1e9);
+                            pts[i].rc.concurrency, (double)(wall_ns() - t0) / 1e9);
                 }
                 json_decref(run);
                 if (g_interrupt)
@@ -1659,7 +1662,7 @@ int replay_cmd_demo(int argc, char **argv)
     if (strcmp(argv[0], "demo"))
         snprintf(cmd, 16, "agentreplay");
     c.command = cmd;
-    int64_t t0 = util_wall_ns();
+    int64_t t0 = wall_ns();
     if (load_trace(&c, co.trace, &co.tro, err)) {
         free(cmd);
         return bad("demo", err);
@@ -1760,7 +1763,7 @@ int replay_cmd_demo(int argc, char **argv)
         rc = EXIT_FAIL;
     }
     printf("results: %s/ (sweep.csv, confounded.csv, breakdown.csv, fidelity.csv)  %.1f s\n", co.out,
-           (double)(util_wall_ns() - t0) / 1e9);
+           (double)(wall_ns() - t0) / 1e9);
     free(pts);
     trace_destroy(c.tr);
     free(cmd);

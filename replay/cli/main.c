@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "replay/cli.h"
-#include "traces/util.h"
+#include "replay/cli/cli.h"
+#include "traces/base/err.h"
 
 struct command {
     const char *name;

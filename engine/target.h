@@ -34,8 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "replay/loop.h"
-#include "traces/util.h"
+#include "engine/clock/loop.h"
 
 struct target;
 struct target_call;

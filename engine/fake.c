@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "replay/target.h"
+#include "engine/target.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/hash.h"
 
 struct fake_call {
     struct loop_timer timer;

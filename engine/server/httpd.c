@@ -21,7 +21,7 @@
  * Closed connections are freed from a zero-delay timer, never inside a
  * call that may still use them. */
 #define _GNU_SOURCE
-#include "engine/httpd.h"
+#include "engine/server/httpd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,7 +37,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "traces/util.h"
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+#include "traces/base/time_ns.h"
 
 #define PEND_READ_LIMIT (64 * 1024) /* input queued behind a busy request */
 #define AUTH_MAX 1024

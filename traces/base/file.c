@@ -1,0 +1,71 @@
+/* file.c: whole-file reads and the program's data files (file.h). */
+#include "traces/base/file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+
+#ifndef AGENTREPLAY_DATADIR
+#define AGENTREPLAY_DATADIR "/usr/local/share/agentreplay"
+#endif
+
+char *file_read(const char *path, size_t *len, char *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        err_set(err, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (cap - n < 2) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        err_set(err, "%s: read error", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len)
+        *len = n;
+    return buf;
+}
+
+int file_data_path(const char *rel, char *buf, size_t n)
+{
+    char exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+        exe[k] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = 0; /* the binary's folder */
+        /* The binary may be ./agentreplay or build/<variant>/agentreplay. */
+        const char *ups[] = {"", "/../..", "/../../.."};
+        for (size_t i = 0; i < ARRAY_LEN(ups); i++) {
+            snprintf(buf, n, "%s%s/%s", exe, ups[i], rel);
+            if (access(buf, R_OK) == 0)
+                return 0;
+        }
+    }
+    snprintf(buf, n, "%s/%s", AGENTREPLAY_DATADIR, rel);
+    if (access(buf, R_OK) == 0)
+        return 0;
+    snprintf(buf, n, "%s", rel);
+    return access(buf, R_OK) == 0 ? 0 : -1;
+}
