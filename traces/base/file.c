@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "traces/base/err.h"
@@ -68,4 +69,25 @@ int file_data_path(const char *rel, char *buf, size_t n)
         return 0;
     snprintf(buf, n, "%s", rel);
     return access(buf, R_OK) == 0 ? 0 : -1;
+}
+
+int file_mkdir_p(const char *path, char *err)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return err_set(err, "%s: path too long", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return err_set(err, "%s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return err_set(err, "%s: %s", buf, strerror(errno));
+    struct stat st;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_set(err, "%s: not a folder", buf);
+    return 0;
 }

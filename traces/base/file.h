@@ -15,4 +15,8 @@ char *file_read(const char *path, size_t *len, char *err);
  * the path into buf (size n); returns 0, or -1 if not found. */
 int file_data_path(const char *rel, char *buf, size_t n);
 
+/* Creates a folder and its parents (as mkdir -p); an error names the part
+ * that failed, or a part that exists and is not a folder. */
+int file_mkdir_p(const char *path, char *err);
+
 #endif
