@@ -1,12 +1,55 @@
 /* fidelity.h: the cost model's predictions for every setup that
  * ../shared/reference/calibration.md lists as "must predict", next to the
  * calibration point, as data (for `agentreplay fidelity`, the main job and
- * the plots), and the per-kernel breakdown of both decode paths.
- * Implemented in engine/bench_cmd.c. */
+ * the plots), and the per-kernel breakdown of both decode paths; and the
+ * fixed-batch decode measurement they are made of. */
 #ifndef FIDELITY_H
 #define FIDELITY_H
 
+#include <stdbool.h>
+
+#include "engine/accept.h"
 #include "engine/cost.h"
+#include "engine/engine.h"
+#include "engine/preset.h"
+
+/* A fixed-batch decode measurement (metrics.md), priced step by step with
+ * the cost model: B requests of isl prompt tokens decode osl tokens
+ * together on one replica. Used by bench-decode and the tables below. */
+struct decode_opts {
+    char model[256], gpu[256];      /* preset names or files */
+    int gpus, tp;
+    enum engine_backend backend;
+    int batch;
+    int64_t isl, osl;
+    bool spec;
+    int draft;
+    char acceptance[128];
+    char calibration[512];
+    bool force;
+};
+
+void decode_opts_defaults(struct decode_opts *o); /* kimi-k3, gb300, 16 GPUs, TP16, auto, batch 1, isl 1, osl 1000 */
+
+/* Everything a priced run needs, loaded and checked. */
+struct decode_setup {
+    struct model_preset m;
+    struct gpu_preset g;
+    struct cost_model *c;
+    struct accept_model acc;
+    double accept_len;       /* expected tokens per verification step */
+};
+/* Loads the presets and checks the layout (a located message on failure;
+ * close the setup either way). */
+int decode_setup_open(const struct decode_opts *o, struct decode_setup *s, char *err);
+void decode_setup_close(struct decode_setup *s);
+int decode_setup_run(const struct decode_opts *o, struct decode_setup *s,
+                     struct cost_decode_run *r, char *err);
+/* The decode step the per-kernel breakdown shows: mid-run context. */
+void decode_breakdown_batch(const struct decode_opts *o, const struct decode_setup *s,
+                            struct cost_batch *b);
+/* A layer kind's name, or "step" for the per-step kernels. */
+const char *decode_scope_name(int k);
 
 struct fidelity_row {
     char setup[48];          /* "calibration", "batch-sweep", "dspark", "gb200", ... */

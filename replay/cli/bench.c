@@ -1,8 +1,7 @@
-/* bench_cmd.c: `agentreplay bench-decode` (the fixed-batch decode
- * measurement of metrics.md, priced step by step with the cost model) and
- * `agentreplay fidelity` (the model's predictions for every setup
- * calibration.md lists, next to the calibration point); the fidelity and
- * breakdown tables as data and CSV (fidelity.h). */
+/* bench.c: `agentreplay bench-decode` (the fixed-batch decode measurement
+ * of metrics.md, engine/fidelity.h) and `agentreplay fidelity` (the
+ * model's predictions for every setup calibration.md lists, next to the
+ * calibration point). */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -18,28 +17,6 @@
 
 #define BENCH_SCHEMA_VERSION 1
 
-/* The published calibration point (calibration.md). */
-#define CAL_SPEC_TOK_S 256.4
-#define CAL_AUTO_TOK_S 136.4
-
-struct bench_opts {
-    char model[256], gpu[256];
-    int gpus, tp;
-    enum engine_backend backend;
-    int batch;
-    int64_t isl, osl;
-    bool spec;
-    int draft;
-    char acceptance[128];
-    char calibration[512];
-    bool force;
-    bool breakdown, json;
-};
-
-static const char *backend_name(enum engine_backend b)
-{
-    return b == ENGINE_BACKEND_LATENCY_SPECIALIZED ? "latency_specialized" : "auto";
-}
 
 static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi,
                      int64_t *out, char *err)
@@ -57,68 +34,10 @@ static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi,
     return 0;
 }
 
-/* Everything a priced run needs, loaded and checked. */
-struct bench_setup {
-    struct model_preset m;
-    struct gpu_preset g;
-    struct cost_model *c;
-    struct accept_model acc;
-    double accept_len;
+struct bench_opts {
+    struct decode_opts d;
+    bool breakdown, json;
 };
-
-static int setup_open(const struct bench_opts *o, struct bench_setup *s, char *err)
-{
-    memset(s, 0, sizeof *s);
-    if (preset_load_model(o->model, &s->m, err) || preset_load_gpu(o->gpu, &s->g, err))
-        return -1;
-    if (o->tp > o->gpus)
-        return err_set(err, "--tp %d is larger than --gpus %d", o->tp, o->gpus);
-    if (o->gpus % o->tp != 0)
-        return err_set(err, "--tp %d does not divide --gpus %d (replicas = gpus / tp)",
-                       o->tp, o->gpus);
-    double w = model_weight_bytes_per_gpu(&s->m, o->tp);
-    if (w > s->g.hbm_bytes)
-        return err_set(err, "%s does not fit at tp %d on %s: %.1f GB of weights per GPU, "
-                            "limit %.1f GB of HBM",
-                       s->m.name, o->tp, s->g.name, w / 1e9, s->g.hbm_bytes / 1e9);
-    if (o->spec) {
-        if (s->m.drafter_params <= 0)
-            return err_set(err, "--spec dspark: model %s has no drafter in its preset", s->m.name);
-        if (accept_parse(o->acceptance, o->draft, &s->acc, err))
-            return -1;
-        s->accept_len = accept_expected_len(&s->acc, o->draft);
-    }
-    s->c = cost_create(&s->m, &s->g, o->tp, o->backend, o->calibration, o->force, err);
-    return s->c ? 0 : -1;
-}
-
-static void setup_close(struct bench_setup *s)
-{
-    cost_destroy(s->c);
-    s->c = NULL;
-}
-
-static int run_setup(const struct bench_opts *o, struct bench_setup *s,
-                     struct cost_decode_run *r, char *err)
-{
-    return cost_decode_run(s->c, o->batch, o->isl, o->osl, o->spec ? o->draft : 0,
-                           o->spec ? s->accept_len : 0, r, err);
-}
-
-static void opts_defaults(struct bench_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    snprintf(o->model, sizeof o->model, "kimi-k3");
-    snprintf(o->gpu, sizeof o->gpu, "gb300");
-    o->gpus = 16;
-    o->tp = 16;
-    o->backend = ENGINE_BACKEND_AUTO;
-    o->batch = 1;
-    o->isl = 1;
-    o->osl = 1000;
-    o->draft = 7;
-    snprintf(o->acceptance, sizeof o->acceptance, "curve");
-}
 
 static const char bench_help[] =
     "usage: agentreplay bench-decode [--model M] [--gpu K] [--gpus G] [--tp T]\n"
@@ -133,7 +52,8 @@ static const char bench_help[] =
 
 static int parse_bench(int argc, char **argv, struct bench_opts *o, char *err)
 {
-    opts_defaults(o);
+    memset(o, 0, sizeof *o);
+    decode_opts_defaults(&o->d);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -149,85 +69,68 @@ static int parse_bench(int argc, char **argv, struct bench_opts *o, char *err)
         } else if (strcmp(a, "--breakdown") == 0) {
             o->breakdown = true;
         } else if (strcmp(a, "--force-calibration") == 0) {
-            o->force = true;
+            o->d.force = true;
         } else if (strcmp(a, "--model") == 0) {
             NEED();
-            snprintf(o->model, sizeof o->model, "%s", v);
+            snprintf(o->d.model, sizeof o->d.model, "%s", v);
         } else if (strcmp(a, "--gpu") == 0) {
             NEED();
-            snprintf(o->gpu, sizeof o->gpu, "%s", v);
+            snprintf(o->d.gpu, sizeof o->d.gpu, "%s", v);
         } else if (strcmp(a, "--gpus") == 0) {
             NEED();
             if (parse_i64(a, v, 1, 1 << 20, &x, err))
                 return -1;
-            o->gpus = (int)x;
+            o->d.gpus = (int)x;
         } else if (strcmp(a, "--tp") == 0) {
             NEED();
             if (parse_i64(a, v, 1, 1024, &x, err))
                 return -1;
-            o->tp = (int)x;
+            o->d.tp = (int)x;
         } else if (strcmp(a, "--backend") == 0) {
             NEED();
             if (strcmp(v, "auto") == 0 || strcmp(v, "standard") == 0)
-                o->backend = ENGINE_BACKEND_AUTO;
+                o->d.backend = ENGINE_BACKEND_AUTO;
             else if (strcmp(v, "latency_specialized") == 0)
-                o->backend = ENGINE_BACKEND_LATENCY_SPECIALIZED;
+                o->d.backend = ENGINE_BACKEND_LATENCY_SPECIALIZED;
             else
                 return err_set(err, "--backend '%s': expected auto or latency_specialized", v);
         } else if (strcmp(a, "--batch") == 0) {
             NEED();
             if (parse_i64(a, v, 1, 1 << 20, &x, err))
                 return -1;
-            o->batch = (int)x;
+            o->d.batch = (int)x;
         } else if (strcmp(a, "--isl") == 0) {
             NEED();
             if (parse_i64(a, v, 1, (int64_t)1 << 31, &x, err))
                 return -1;
-            o->isl = x;
+            o->d.isl = x;
         } else if (strcmp(a, "--osl") == 0) {
             NEED();
             if (parse_i64(a, v, 2, (int64_t)1 << 31, &x, err))
                 return -1;
-            o->osl = x;
+            o->d.osl = x;
         } else if (strcmp(a, "--spec") == 0) {
             NEED();
             if (strcmp(v, "dspark") != 0 && strcmp(v, "none") != 0)
                 return err_set(err, "--spec '%s': expected dspark or none", v);
-            o->spec = strcmp(v, "dspark") == 0;
+            o->d.spec = strcmp(v, "dspark") == 0;
         } else if (strcmp(a, "--draft") == 0) {
             NEED();
             if (parse_i64(a, v, 1, ACCEPT_MAX_DRAFT, &x, err))
                 return -1;
-            o->draft = (int)x;
+            o->d.draft = (int)x;
         } else if (strcmp(a, "--acceptance") == 0) {
             NEED();
-            snprintf(o->acceptance, sizeof o->acceptance, "%s", v);
+            snprintf(o->d.acceptance, sizeof o->d.acceptance, "%s", v);
         } else if (strcmp(a, "--calibration") == 0) {
             NEED();
-            snprintf(o->calibration, sizeof o->calibration, "%s", v);
+            snprintf(o->d.calibration, sizeof o->d.calibration, "%s", v);
         } else {
             return err_set(err, "unknown flag '%s'", a);
         }
 #undef NEED
     }
     return 0;
-}
-
-/* The decode step used for --breakdown: mid-run context. */
-static void breakdown_batch(const struct bench_opts *o, const struct bench_setup *s,
-                            struct cost_batch *b)
-{
-    memset(b, 0, sizeof *b);
-    b->n_decode = o->batch;
-    b->decode_positions = o->spec ? o->draft + 1 : 1;
-    b->draft = o->spec ? o->draft : 0;
-    b->sum_ctx = (int64_t)o->batch * (o->isl + o->osl / 2);
-    (void)s;
-}
-
-static const char *scope_name(int k)
-{
-    return k == LAYER_KIND_COUNT ? "step" : layer_kind_name(k);
 }
 
 int engine_cmd_bench_decode(int argc, char **argv)
@@ -243,11 +146,11 @@ int engine_cmd_bench_decode(int argc, char **argv)
         fprintf(stderr, "bench-decode: %s\n%s", err, bench_help);
         return EXIT_BADINPUT;
     }
-    struct bench_setup s;
+    struct decode_setup s;
     struct cost_decode_run r;
-    if (setup_open(&o, &s, err) || run_setup(&o, &s, &r, err)) {
+    if (decode_setup_open(&o.d, &s, err) || decode_setup_run(&o.d, &s, &r, err)) {
         fprintf(stderr, "bench-decode: %s\n", err);
-        setup_close(&s);
+        decode_setup_close(&s);
         return EXIT_BADINPUT;
     }
     const char *cal[256];
@@ -255,7 +158,7 @@ int engine_cmd_bench_decode(int argc, char **argv)
     if (n_cal > 256)
         n_cal = 256;
     struct cost_batch bb;
-    breakdown_batch(&o, &s, &bb);
+    decode_breakdown_batch(&o.d, &s, &bb);
     struct cost_kernel_time kt[128];
     int n_kt = o.breakdown ? cost_breakdown(s.c, &bb, kt, 128) : 0;
 
@@ -264,25 +167,25 @@ int engine_cmd_bench_decode(int argc, char **argv)
         json_object_set_new(j, "schema_version", json_integer(BENCH_SCHEMA_VERSION));
         json_object_set_new(j, "model", json_string(s.m.name));
         json_object_set_new(j, "gpu", json_string(s.g.name));
-        json_object_set_new(j, "gpus", json_integer(o.gpus));
-        json_object_set_new(j, "tp", json_integer(o.tp));
-        json_object_set_new(j, "replicas", json_integer(o.gpus / o.tp));
-        json_object_set_new(j, "backend", json_string(backend_name(o.backend)));
-        json_object_set_new(j, "batch", json_integer(o.batch));
-        json_object_set_new(j, "isl", json_integer(o.isl));
-        json_object_set_new(j, "osl", json_integer(o.osl));
-        if (o.spec) {
+        json_object_set_new(j, "gpus", json_integer(o.d.gpus));
+        json_object_set_new(j, "tp", json_integer(o.d.tp));
+        json_object_set_new(j, "replicas", json_integer(o.d.gpus / o.d.tp));
+        json_object_set_new(j, "backend", json_string(engine_backend_name(o.d.backend)));
+        json_object_set_new(j, "batch", json_integer(o.d.batch));
+        json_object_set_new(j, "isl", json_integer(o.d.isl));
+        json_object_set_new(j, "osl", json_integer(o.d.osl));
+        if (o.d.spec) {
             json_t *sp = json_object();
             json_object_set_new(sp, "drafter", json_string("dspark"));
-            json_object_set_new(sp, "draft", json_integer(o.draft));
-            json_object_set_new(sp, "acceptance", json_string(o.acceptance));
+            json_object_set_new(sp, "draft", json_integer(o.d.draft));
+            json_object_set_new(sp, "acceptance", json_string(o.d.acceptance));
             json_object_set_new(sp, "tokens_per_step", json_real(s.accept_len));
             json_object_set_new(j, "spec", sp);
         } else {
             json_object_set_new(j, "spec", json_null());
         }
         json_object_set_new(j, "decode_tok_s", json_real(r.decode_tok_s));
-        json_object_set_new(j, "per_request_tok_s", json_real(r.decode_tok_s / o.batch));
+        json_object_set_new(j, "per_request_tok_s", json_real(r.decode_tok_s / o.d.batch));
         json_object_set_new(j, "decode_s", json_real(r.decode_s));
         json_object_set_new(j, "prefill_ms", json_real(r.prefill_s * 1e3));
         json_object_set_new(j, "step_us", json_real(r.step_us));
@@ -305,13 +208,13 @@ int engine_cmd_bench_decode(int argc, char **argv)
             json_t *bd = json_array();
             for (int i = 0; i < n_kt; i++) {
                 json_t *e = json_object();
-                json_object_set_new(e, "layer_kind", json_string(scope_name(kt[i].layer_kind)));
+                json_object_set_new(e, "layer_kind", json_string(decode_scope_name(kt[i].layer_kind)));
                 json_object_set_new(e, "kernel", json_string(kt[i].name));
                 json_object_set_new(e, "us", json_real(kt[i].ns / 1e3));
                 json_object_set_new(e, "calibrated", json_boolean(kt[i].calibrated));
                 json_array_append_new(bd, e);
             }
-            json_object_set_new(j, "breakdown_context", json_integer(o.isl + o.osl / 2));
+            json_object_set_new(j, "breakdown_context", json_integer(o.d.isl + o.d.osl / 2));
             json_object_set_new(j, "breakdown", bd);
         }
         char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
@@ -320,14 +223,14 @@ int engine_cmd_bench_decode(int argc, char **argv)
         json_decref(j);
     } else {
         printf("bench-decode: %s on %d x %s, TP%d (%d replicas), backend %s\n", s.m.name,
-               o.gpus, s.g.name, o.tp, o.gpus / o.tp, backend_name(o.backend));
-        printf("  batch %d, isl %lld, osl %lld", o.batch, (long long)o.isl, (long long)o.osl);
-        if (o.spec)
-            printf(", DSpark draft %d, acceptance %s (%.3f tokens/step)", o.draft,
-                   o.acceptance, s.accept_len);
+               o.d.gpus, s.g.name, o.d.tp, o.d.gpus / o.d.tp, engine_backend_name(o.d.backend));
+        printf("  batch %d, isl %lld, osl %lld", o.d.batch, (long long)o.d.isl, (long long)o.d.osl);
+        if (o.d.spec)
+            printf(", DSpark draft %d, acceptance %s (%.3f tokens/step)", o.d.draft,
+                   o.d.acceptance, s.accept_len);
         printf("\n");
         printf("  %-24s %12.2f tok/s\n", "decode (aggregate)", r.decode_tok_s);
-        printf("  %-24s %12.2f tok/s\n", "per request", r.decode_tok_s / o.batch);
+        printf("  %-24s %12.2f tok/s\n", "per request", r.decode_tok_s / o.d.batch);
         printf("  %-24s %12.1f us\n", "step (mean)", r.step_us);
         printf("  %-24s %12.2f us\n", "layer (mean)", r.layer_us);
         for (int k = 0; k < LAYER_KIND_COUNT; k++)
@@ -346,152 +249,14 @@ int engine_cmd_bench_decode(int argc, char **argv)
             printf("\n");
         }
         if (o.breakdown) {
-            printf("  per-kernel time per layer at context %lld:\n", (long long)(o.isl + o.osl / 2));
+            printf("  per-kernel time per layer at context %lld:\n", (long long)(o.d.isl + o.d.osl / 2));
             for (int i = 0; i < n_kt; i++)
-                printf("    %-5s %-32s %10.3f us%s\n", scope_name(kt[i].layer_kind), kt[i].name,
+                printf("    %-5s %-32s %10.3f us%s\n", decode_scope_name(kt[i].layer_kind), kt[i].name,
                        kt[i].ns / 1e3, kt[i].calibrated ? "  (calibrated)" : "");
         }
     }
-    setup_close(&s);
+    decode_setup_close(&s);
     return EXIT_OK;
-}
-
-/* ---- fidelity ---- */
-
-static int fid_row(struct fidelity_row *row, const char *setup, const char *gpu,
-                   enum engine_backend be, int batch, int draft, double acc,
-                   double published, char *err)
-{
-    struct bench_opts o;
-    opts_defaults(&o);
-    snprintf(o.gpu, sizeof o.gpu, "%s", gpu);
-    o.backend = be;
-    o.batch = batch;
-    if (draft > 0) {
-        o.spec = true;
-        o.draft = draft;
-        snprintf(o.acceptance, sizeof o.acceptance, "fixed:%g", acc);
-    }
-    struct bench_setup s;
-    struct cost_decode_run r;
-    int rc = setup_open(&o, &s, err);
-    if (!rc)
-        rc = run_setup(&o, &s, &r, err);
-    setup_close(&s);
-    if (rc)
-        return -1;
-    memset(row, 0, sizeof *row);
-    snprintf(row->setup, sizeof row->setup, "%s", setup);
-    snprintf(row->model, sizeof row->model, "%s", s.m.name);
-    snprintf(row->gpu, sizeof row->gpu, "%s", s.g.name);
-    row->gpus = o.gpus;
-    row->tp = o.tp;
-    snprintf(row->backend, sizeof row->backend, "%s", backend_name(be));
-    row->batch = batch;
-    row->draft = draft;
-    row->acceptance = draft > 0 ? acc : 0;
-    row->predicted_tok_s = r.decode_tok_s;
-    row->published_tok_s = published;
-    row->step_us = r.step_us;
-    row->layer_us = r.layer_us;
-    for (int k = 0; k < LAYER_KIND_COUNT; k++)
-        row->layer_us_kind[k] = r.layer_us_kind[k];
-    row->kernels_per_layer = r.kernels_per_layer;
-    row->fallback_steps = r.fallback_steps;
-    return 0;
-}
-
-int fidelity_rows(struct fidelity_row *rows, int cap, char *err)
-{
-    int n = 0;
-    const enum engine_backend both[2] = {ENGINE_BACKEND_LATENCY_SPECIALIZED, ENGINE_BACKEND_AUTO};
-#define ROW(...)                                                               \
-    do {                                                                       \
-        if (n >= cap)                                                          \
-            return err_set(err, "fidelity table larger than %d rows", cap);    \
-        if (fid_row(&rows[n], __VA_ARGS__, err))                               \
-            return -1;                                                         \
-        n++;                                                                   \
-    } while (0)
-    /* The calibration point (also the per-layer time of both paths). */
-    ROW("calibration", "gb300", both[0], 1, 0, 0, CAL_SPEC_TOK_S);
-    ROW("calibration", "gb300", both[1], 1, 0, 0, CAL_AUTO_TOK_S);
-    for (int b = 2; b <= 64; b *= 2)
-        for (int p = 0; p < 2; p++)
-            ROW("batch-sweep", "gb300", both[p], b, 0, 0, 0);
-    for (int p = 0; p < 2; p++)
-        ROW("dspark", "gb300", both[p], 1, 7, 6, 0);
-    for (int b = 1; b <= 8; b *= 2)
-        ROW("gb200-standard", "gb200", ENGINE_BACKEND_AUTO, b, 0, 0, 0);
-    ROW("gb200-dspark", "gb200", ENGINE_BACKEND_AUTO, 1, 7, 3, 0);
-    ROW("gb200-dspark", "gb200", ENGINE_BACKEND_AUTO, 1, 7, 6, 0);
-#undef ROW
-    return n;
-}
-
-int fidelity_write_csv(const char *path, char *err)
-{
-    struct fidelity_row rows[64];
-    int n = fidelity_rows(rows, 64, err);
-    if (n < 0)
-        return -1;
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "%s: %s", path, strerror(errno));
-    fprintf(f, "setup,gpu,gpus,tp,backend,batch,spec,acceptance,predicted_tok_s,"
-               "published_tok_s,step_us,layer_us\n");
-    for (int i = 0; i < n; i++) {
-        const struct fidelity_row *r = &rows[i];
-        fprintf(f, "%s,%s,%d,%d,%s,%d,%s,", r->setup, r->gpu, r->gpus, r->tp, r->backend,
-                r->batch, r->draft ? "dspark" : "none");
-        if (r->draft)
-            fprintf(f, "%g", r->acceptance);
-        fprintf(f, ",%.2f,", r->predicted_tok_s);
-        if (r->published_tok_s > 0)
-            fprintf(f, "%.1f", r->published_tok_s);
-        fprintf(f, ",%.1f,%.3f\n", r->step_us, r->layer_us);
-    }
-    if (fclose(f) != 0)
-        return err_set(err, "%s: %s", path, strerror(errno));
-    return 0;
-}
-
-int breakdown_write_csv(const char *path, int batch, char *err)
-{
-    if (batch < 1)
-        return err_set(err, "breakdown batch %d must be at least 1", batch);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "%s: %s", path, strerror(errno));
-    fprintf(f, "path,layer_kind,kernel,batch,us_per_layer\n");
-    const enum engine_backend both[2] = {ENGINE_BACKEND_AUTO, ENGINE_BACKEND_LATENCY_SPECIALIZED};
-    int rc = 0;
-    for (int p = 0; p < 2 && !rc; p++) {
-        struct bench_opts o;
-        opts_defaults(&o);
-        o.backend = both[p];
-        o.batch = batch;
-        struct bench_setup s;
-        if (setup_open(&o, &s, err)) {
-            setup_close(&s);
-            rc = -1;
-            break;
-        }
-        struct cost_batch b;
-        breakdown_batch(&o, &s, &b);
-        struct cost_kernel_time kt[128];
-        int n = cost_breakdown(s.c, &b, kt, 128);
-        struct cost_result res;
-        cost_step(s.c, &b, &res);
-        const char *pname = res.specialized ? "latency_specialized" : "auto";
-        for (int i = 0; i < n; i++)
-            fprintf(f, "%s,%s,%s,%d,%.4f\n", pname, scope_name(kt[i].layer_kind), kt[i].name,
-                    batch, kt[i].ns / 1e3);
-        setup_close(&s);
-    }
-    if (fclose(f) != 0 && !rc)
-        return err_set(err, "%s: %s", path, strerror(errno));
-    return rc;
 }
 
 int engine_cmd_fidelity(int argc, char **argv)
