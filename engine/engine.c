@@ -1,7 +1,7 @@
-/* engine.c: the simulated serving engine as a target (engine.h): the
- * deployment (G GPUs in G/T replicas of
- * TP size T, each GPU's memory budget), the router, the engine's events on
- * the loop, statistics, the run.json description and the Chrome trace.
+/* engine.c: the simulated serving engine (engine.h) and its target
+ * wrapper (target.h): the deployment (G GPUs in G/T replicas of TP size T,
+ * each GPU's memory budget), the router, the engine's events on the loop,
+ * statistics, the run.json description and the Chrome trace.
  *
  * Events: the engine arms one loop timer. Each replica has the time of its
  * next step boundary; replicas due at the same time are processed in
@@ -61,6 +61,7 @@ struct route_slot {
 };
 
 struct engine {
+    struct target base;    /* the engine as a target (target_engine_create) */
     struct engine_config c;
     struct loop *loop;
     struct model_preset m;
@@ -89,7 +90,7 @@ struct engine {
     bool trace_first;
 };
 
-/* ---- configuration ---- */
+static const struct target_ops engine_target_ops;
 
 /* ---- deployment ---- */
 
@@ -166,6 +167,7 @@ struct engine *engine_create(const struct engine_config *cfg, struct loop *l, ch
         return err_set(err, "--max-num-batched-tokens %lld: must be at least draft + 1 = %d",
                        (long long)c.max_num_batched_tokens, draft + 1), NULL;
     struct engine *e = xcalloc(1, sizeof *e);
+    e->base = (struct target){.ops = &engine_target_ops, .loop = l, .gpus = c.gpus};
     e->c = c;
     e->loop = l;
     e->current = -1;
@@ -383,7 +385,7 @@ static void rt_grow(struct engine *e)
     free(old);
 }
 
-static int route(struct engine *e, const struct engine_request *r)
+static int route(struct engine *e, const struct target_call *c)
 {
     if (e->n_rep == 1)
         return 0;
@@ -394,7 +396,7 @@ static int route(struct engine *e, const struct engine_request *r)
         return least_loaded(e);
     case ENGINE_ROUTER_AFFINITY:
     default: {
-        uint64_t k = r->session_key + 1;
+        uint64_t k = c->session_key + 1;
         if (!k)
             k = 1;
         uint32_t m = e->rt_cap - 1;
@@ -414,13 +416,18 @@ static int route(struct engine *e, const struct engine_request *r)
 
 /* ---- requests ---- */
 
-int engine_submit(struct engine *e, struct engine_request *r, char *err)
+int engine_submit(struct engine *e, struct target_call *c, char *err)
 {
-    if (!r->cb)
-        return err_set(err, "request %llu: no callbacks", (unsigned long long)r->id);
-    int rep = route(e, r);
+    c->priv = NULL;
+    c->replica = -1;
+    c->http_status = 0;
+    c->server_prompt_tokens = c->server_output_tokens = -1;
+    c->error[0] = 0;
+    if (!c->cb || !c->cb->done)
+        return err_set(err, "call %llu: no callbacks", (unsigned long long)c->id);
+    int rep = route(e, c);
     struct sched *s = &e->rep[rep];
-    if (sched_submit(s, r, err) < 0)
+    if (sched_submit(s, c, err) < 0)
         return -1;
     if (e->current == rep)
         return 0;  /* inside its boundary: the next step sees it */
@@ -431,13 +438,13 @@ int engine_submit(struct engine *e, struct engine_request *r, char *err)
     return 0;
 }
 
-void engine_cancel(struct engine *e, struct engine_request *r)
+void engine_cancel(struct engine *e, struct target_call *c)
 {
-    if (!r->priv)
+    if (!c->priv)
         return;
-    int rep = r->replica;
+    int rep = c->replica;
     struct sched *s = &e->rep[rep];
-    sched_cancel(s, r);
+    sched_cancel(s, c);
     if (e->current == rep)
         return;
     int64_t now = loop_now(e->loop);
@@ -469,7 +476,7 @@ int engine_verify(const struct engine *e, char *err)
     return 0;
 }
 
-void engine_get_stats(const struct engine *e, struct engine_stats *st)
+void engine_get_stats(const struct engine *e, struct target_stats *st)
 {
     memset(st, 0, sizeof *st);
     double used = 0, total = 0;
@@ -531,7 +538,7 @@ void engine_get_replica_stats(const struct engine *e, int replica, struct engine
 void *engine_describe_json(const struct engine *e)
 {
     const struct engine_plan *p = &e->plan;
-    struct engine_stats st;
+    struct target_stats st;
     engine_get_stats(e, &st);
     json_t *o = json_object();
     json_object_set_new(o, "model", json_pack("{s:s, s:s, s:f, s:f}", "name", e->m.name,
@@ -691,4 +698,47 @@ void engine_trace_close(struct engine *e)
     e->trace = NULL;
     for (int i = 0; i < e->n_rep; i++)
         e->rep[i].on_step = NULL;
+}
+
+/* ---- the engine as a target ---- */
+
+static int et_submit(struct target *t, struct target_call *c, char *err)
+{
+    return engine_submit((struct engine *)t, c, err);
+}
+
+static void et_cancel(struct target *t, struct target_call *c)
+{
+    engine_cancel((struct engine *)t, c);
+}
+
+static void et_stats(struct target *t, struct target_stats *s)
+{
+    engine_get_stats((struct engine *)t, s);
+}
+
+static void *et_describe(struct target *t)
+{
+    return engine_describe_json((struct engine *)t);
+}
+
+static void et_destroy(struct target *t)
+{
+    engine_destroy((struct engine *)t);
+}
+
+static const struct target_ops engine_target_ops = {
+    .submit = et_submit, .cancel = et_cancel, .stats = et_stats,
+    .describe_json = et_describe, .destroy = et_destroy,
+};
+
+struct target *target_engine_create(const struct engine_config *cfg, struct loop *l, char *err)
+{
+    struct engine *e = engine_create(cfg, l, err);
+    return e ? &e->base : NULL;
+}
+
+struct engine *target_engine_get(struct target *t)
+{
+    return t && t->ops == &engine_target_ops ? (struct engine *)t : NULL;
 }

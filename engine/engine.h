@@ -1,21 +1,25 @@
-/* engine.h: the simulated serving engine as a target.
+/* engine.h: the simulated serving engine; it speaks the request protocol of
+ * engine/target.h.
  *
  * A cluster of G GPUs split into G/T replicas of tensor-parallel size T,
  * with a router in front; each replica has a vLLM V1-style scheduler, a
  * paged KV cache with prefix reuse, speculative decoding and a cost model
  * that prices every step from the batch's composition (engine/cost.h).
  *
- * The engine schedules its steps on a struct loop (replay/loop.h): on the
- * virtual clock it runs far faster than real time and is deterministic; on
- * the real clock (serve) it steps on real timers.
+ * The engine schedules its steps on a struct loop (engine/clock/loop.h):
+ * on the virtual clock it runs far faster than real time and is
+ * deterministic; on the real clock (serve) it steps on real timers.
  *
- * Submitting a call: fill a struct engine_request and call engine_submit().
- * The engine calls back through req->cb:
- *   first_token: once, with the time of the first token;
- *   chunk:       for every emission of tokens (one per decode step, several
- *                tokens at once under speculative decoding), the first
- *                token's chunk included;
- *   done:        once, at the end (all max_tokens emitted, or an error).
+ * Calls: engine_submit() takes a struct target_call as target.h describes
+ * it (the caller's part filled; the call and its block chain stay valid
+ * until `done`) and answers through c->cb with target.h's statuses; its
+ * own per-call state hangs on c->priv until `done`. At submit it sets
+ * c->replica (where the call was routed), cached_tokens and preemptions
+ * (0, then counted as the call runs), http_status 0, the server usage
+ * fields -1 and error ""; a call that ends with a status other than
+ * TARGET_OK gets the status's name in c->error. The first_token and
+ * chunk callbacks may be NULL (tests that only want `done`).
+ *
  * Callbacks carry their own time. `done` is always delivered when
  * loop_now() equals its time, so the caller may schedule follow-up work
  * from it. first_token and chunk callbacks may be delivered in a batch up
@@ -24,21 +28,18 @@
  * are exact, and never later than the loop's current time. With
  * `stepwise` set in the config every step is a separate event.
  *
- * The request struct is owned by the caller and must stay valid until
- * `done`. The block chain it points to must stay valid until `done` too.
- *
- * Timing rules (identical in both advance modes): a request submitted at
+ * Timing rules (identical in both advance modes): a call submitted at
  * time t joins the first step that starts after t, or the step starting
- * at t when its replica is idle; a cancelled request gets the chunks
- * emitted up to the cancel time, then done(ENGINE_ERR_CANCELLED) at the
- * end of the step in flight. Requests that are too long for max_model_len
- * or can never fit in the KV cache end with done(ENGINE_ERR_TOO_LONG /
- * ENGINE_ERR_NO_SPACE) at their replica's next boundary; engine_submit()
- * returns -1 only for malformed requests (no tokens, no callbacks, an
- * engine block size that does not divide the trace's block size).
- * Acceptance draws depend on (seed, request id, session_key, step), so
- * callers should give distinct calls distinct ids. Work a caller starts
- * from a first_token or chunk callback happens at loop_now(), which under
+ * at t when its replica is idle; a cancelled call gets the chunks emitted
+ * up to the cancel time, then done(TARGET_ERR_CANCELLED) at the end of
+ * the step in flight. Calls that are too long for max_model_len or can
+ * never fit in the KV cache end with done(TARGET_ERR_TOO_LONG /
+ * TARGET_ERR_NO_SPACE) at their replica's next boundary; engine_submit()
+ * returns -1 only for malformed calls (no tokens, no callbacks, an engine
+ * block size that does not divide the trace's block size). Acceptance
+ * draws depend on (seed, call id, session_key, step), so callers should
+ * give distinct calls distinct ids. Work a caller starts from a
+ * first_token or chunk callback happens at loop_now(), which under
  * closed-form advance can be later than the callback's time; start
  * follow-up work from `done` (or a timer) to get the same run in both
  * modes.
@@ -50,9 +51,9 @@
 #include <stdint.h>
 
 #include "engine/clock/loop.h"
+#include "engine/target.h"
 
 struct engine;
-struct engine_request;
 
 enum engine_backend {
     ENGINE_BACKEND_AUTO = 0,            /* the standard decode path */
@@ -63,13 +64,6 @@ enum engine_router {
     ENGINE_ROUTER_AFFINITY = 0, /* a session's calls go where its prefix is */
     ENGINE_ROUTER_ROUND_ROBIN,
     ENGINE_ROUTER_LEAST_LOADED,
-};
-
-enum engine_status {
-    ENGINE_OK = 0,
-    ENGINE_ERR_TOO_LONG = 1,  /* prompt + max_tokens > max_model_len */
-    ENGINE_ERR_CANCELLED = 2, /* engine_cancel() */
-    ENGINE_ERR_NO_SPACE = 3,  /* can never fit in the KV cache */
 };
 
 /* Everything that defines a deployment; engine_config_defaults() fills the
@@ -105,44 +99,6 @@ struct engine_config {
                                   results are the same) */
 };
 
-struct engine_cb {
-    void (*first_token)(struct engine_request *r, int64_t t_ns);
-    void (*chunk)(struct engine_request *r, int64_t t_ns, int64_t tokens);
-    void (*done)(struct engine_request *r, int64_t t_ns, enum engine_status st);
-};
-
-struct engine_request {
-    /* Filled by the caller. */
-    uint64_t id;               /* the caller's id, echoed in messages */
-    uint64_t session_key;      /* session tree: affinity routing and cache
-                                  isolation (hashes are salted with it) */
-    int64_t prompt_tokens;
-    int64_t max_tokens;        /* exactly this many are produced */
-    const uint64_t *blocks;    /* trace block ids of the prompt */
-    uint32_t n_blocks;
-    int64_t trace_block_size;  /* tokens per trace block */
-    const struct engine_cb *cb;
-    void *arg;                 /* the caller's pointer */
-    /* Filled by the engine. */
-    int replica;               /* where it was routed */
-    int64_t cached_tokens;     /* prompt tokens served from the prefix cache */
-    int64_t preemptions;       /* times it was preempted */
-    void *priv;                /* engine-private state */
-};
-
-/* Aggregate state, for timelines and the /metrics endpoint. Counters are
- * exact at any time in both advance modes; kv_used_frac is the state at
- * each replica's last step boundary (a closed-form run allocates its
- * blocks when it is applied). */
-struct engine_stats {
-    int64_t running, waiting;        /* requests now */
-    double kv_used_frac;             /* KV blocks in use / total, all replicas */
-    int64_t prompt_tokens, cached_tokens; /* cumulative */
-    int64_t output_tokens;           /* cumulative */
-    int64_t steps, fallback_steps, preemptions;
-    int64_t busy_ns;                 /* summed over replicas */
-};
-
 void engine_config_defaults(struct engine_config *c);
 /* Parses one engine flag at argv[*i] (e.g. "--gpus", "16"); advances *i.
  * Returns 1 if consumed, 0 if not an engine flag, -1 on a bad value. */
@@ -156,13 +112,19 @@ struct engine *engine_create(const struct engine_config *c, struct loop *l,
                              char *err);
 void engine_destroy(struct engine *e);
 
-/* Submits a request at loop_now(). Returns 0, or -1 with err set for a
- * request that is invalid as given (the caller records it as an error). */
-int engine_submit(struct engine *e, struct engine_request *r, char *err);
-/* Cancels a request in flight; its done arrives with ENGINE_ERR_CANCELLED. */
-void engine_cancel(struct engine *e, struct engine_request *r);
+/* Submits call c at loop_now() (see the top of this file). Returns 0, or
+ * -1 with err set for a call that is invalid as given (then no callback
+ * follows; the caller records it as an error). */
+int engine_submit(struct engine *e, struct target_call *c, char *err);
+/* Cancels a call in flight; its done arrives with TARGET_ERR_CANCELLED.
+ * A call that is not in flight (c->priv NULL) is left alone. */
+void engine_cancel(struct engine *e, struct target_call *c);
 
-void engine_get_stats(const struct engine *e, struct engine_stats *s);
+/* Aggregate state, for timelines and the /metrics endpoint (target.h's
+ * struct; every field known). Counters are exact at any time in both
+ * advance modes; kv_used_frac is the state at each replica's last step
+ * boundary (a closed-form run allocates its blocks when it is applied). */
+void engine_get_stats(const struct engine *e, struct target_stats *s);
 /* A description for run.json: layout, presets and their sources, derived
  * capacities. Returns a new json_t* (caller owns), typed void* here to
  * keep Jansson out of this header. */

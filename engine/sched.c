@@ -289,27 +289,27 @@ static void running_push(struct sched *s, struct sreq *q)
     s->running[s->n_running++] = q;
 }
 
-int sched_submit(struct sched *s, struct engine_request *r, char *err)
+int sched_submit(struct sched *s, struct target_call *c, char *err)
 {
     int bs = s->p.block_size;
-    if (r->prompt_tokens < 1)
+    if (c->prompt_tokens < 1)
         return err_set(err, "request %llu: prompt_tokens %lld: must be at least 1",
-                       (unsigned long long)r->id, (long long)r->prompt_tokens);
-    if (r->max_tokens < 1)
+                       (unsigned long long)c->id, (long long)c->prompt_tokens);
+    if (c->max_tokens < 1)
         return err_set(err, "request %llu: max_tokens %lld: must be at least 1",
-                       (unsigned long long)r->id, (long long)r->max_tokens);
+                       (unsigned long long)c->id, (long long)c->max_tokens);
     uint32_t ratio = 0;
-    if (r->n_blocks) {
-        if (!r->blocks)
+    if (c->n_blocks) {
+        if (!c->blocks)
             return err_set(err, "request %llu: %u blocks but no block array",
-                           (unsigned long long)r->id, r->n_blocks);
-        if (r->trace_block_size < 1 || r->trace_block_size % bs)
+                           (unsigned long long)c->id, c->n_blocks);
+        if (c->trace_block_size < 1 || c->trace_block_size % bs)
             return err_set(err, "request %llu: engine block size %d does not divide the "
-                           "trace block size %lld", (unsigned long long)r->id, bs,
-                           (long long)r->trace_block_size);
-        ratio = (uint32_t)(r->trace_block_size / bs);
+                           "trace block size %lld", (unsigned long long)c->id, bs,
+                           (long long)c->trace_block_size);
+        ratio = (uint32_t)(c->trace_block_size / bs);
     }
-    int64_t total = r->prompt_tokens + r->max_tokens;
+    int64_t total = c->prompt_tokens + c->max_tokens;
     uint32_t cap_blk = (uint32_t)cdiv(total + positions(s), bs) + 1;
     uint32_t cap_hash = (uint32_t)(total / bs) + 1;
     size_t sz = sizeof(struct sreq) + (size_t)cap_hash * 8 + (size_t)cap_blk * 8;
@@ -321,36 +321,35 @@ int sched_submit(struct sched *s, struct engine_request *r, char *err)
     q->cap_hash = cap_hash;
     q->cap_blk = cap_blk;
     q->bytes = (int64_t)sz;
-    q->r = r;
-    q->s = s;
+    q->c = c;
     q->arrival_ns = loop_now(s->loop);
-    q->num_tokens = r->prompt_tokens;
+    q->num_tokens = c->prompt_tokens;
     q->chain_ratio = ratio;
-    int64_t chain_blocks = (int64_t)r->n_blocks * ratio;
-    q->prompt_full = r->prompt_tokens / bs;
+    int64_t chain_blocks = (int64_t)c->n_blocks * ratio;
+    q->prompt_full = c->prompt_tokens / bs;
     q->n_chain = chain_blocks < q->prompt_full ? chain_blocks : q->prompt_full;
-    q->chain_seed = hash_mix(0x6b76636861696e00ULL, r->session_key);
-    q->key = spec_key(s->p.spec, hash_mix(r->id, r->session_key));
+    q->chain_seed = hash_mix(0x6b76636861696e00ULL, c->session_key);
+    q->key = spec_key(s->p.spec, hash_mix(c->id, c->session_key));
     q->salt = hash_mix(q->key ^ 0x73616c7400000000ULL, (uint64_t)q->arrival_ns);
     q->state = SREQ_WAITING;
-    r->priv = q;
-    r->replica = s->index;
-    r->cached_tokens = 0;
-    r->preemptions = 0;
+    c->priv = q;
+    c->replica = s->index;
+    c->cached_tokens = 0;
+    c->preemptions = 0;
     /* Errors that are not the caller's input arrive as done at the next
      * boundary. */
     if (total > s->p.max_model_len)
-        q->cancelled = true, q->fail = ENGINE_ERR_TOO_LONG, s->cancel_pending++;
+        q->cancelled = true, q->fail = TARGET_ERR_TOO_LONG, s->cancel_pending++;
     else if (cdiv(total + positions(s), bs) > s->p.kv_units)
-        q->cancelled = true, q->fail = ENGINE_ERR_NO_SPACE, s->cancel_pending++;
+        q->cancelled = true, q->fail = TARGET_ERR_NO_SPACE, s->cancel_pending++;
     s->outstanding++;
     wq_append(s, q);
     return 0;
 }
 
-void sched_cancel(struct sched *s, struct engine_request *r)
+void sched_cancel(struct sched *s, struct target_call *c)
 {
-    struct sreq *q = r->priv;
+    struct sreq *q = c->priv;
     if (!q || q->state == SREQ_DONE || q->cancelled)
         return;
     q->cancelled = true;
@@ -376,7 +375,7 @@ static uint64_t block_hash(const struct sreq *q, uint32_t i)
     uint64_t prev = i ? q->hash[i - 1] : q->chain_seed;
     uint64_t content;
     if ((int64_t)i < q->n_chain) {
-        uint64_t id = q->r->blocks[i / q->chain_ratio];
+        uint64_t id = q->c->blocks[i / q->chain_ratio];
         content = (id ^ q->chain_seed) * 0x9e3779b97f4a7c15ULL + i % q->chain_ratio;
     } else {
         content = (q->salt ^ i) * 0xbf58476d1ce4e5b9ULL;
@@ -393,7 +392,7 @@ static void ensure_hashes(struct sreq *q, uint32_t upto)
     if (i < chain_end) {
         uint32_t ratio = q->chain_ratio, id = i / ratio, sub = i % ratio;
         uint64_t prev = i ? q->hash[i - 1] : q->chain_seed, seed = q->chain_seed;
-        const uint64_t *ids = q->r->blocks;
+        const uint64_t *ids = q->c->blocks;
         for (; i < chain_end; i++) {
             uint64_t content = (ids[id] ^ seed) * 0x9e3779b97f4a7c15ULL + sub;
             prev = fmix(prev * 0x94d049bb133111ebULL ^ content);
@@ -481,17 +480,17 @@ static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
      * copied instead of recomputed. */
     uint32_t k = hint_slot(key);
     q->hint_serial = ++s->hint_serials;
-    if (q->r && q->r->n_blocks && q->chain_ratio) {
+    if (q->c && q->c->n_blocks && q->chain_ratio) {
         /* A buffer it holds already is the one of the hint its ids were
          * compared with (taken over at admission): only the ids after the
          * equal run are copied. */
-        uint32_t n = q->r->n_blocks, same = q->hint_ids ? q->src_same : 0;
+        uint32_t n = q->c->n_blocks, same = q->hint_ids ? q->src_same : 0;
         if (q->hint_cap_ids < n) {
             q->hint_cap_ids = n + n / 4;
             q->hint_ids = xrealloc(q->hint_ids, (size_t)q->hint_cap_ids * sizeof *q->hint_ids);
         }
         q->hint_n_ids = n;
-        memcpy(q->hint_ids + same, q->r->blocks + same, (size_t)(n - same) * sizeof *q->hint_ids);
+        memcpy(q->hint_ids + same, q->c->blocks + same, (size_t)(n - same) * sizeof *q->hint_ids);
         q->bytes += (int64_t)q->hint_n_ids * 8;
     }
     if (s->hint[k])
@@ -509,7 +508,7 @@ static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
         hint_drop(s, s->hint_first);
 }
 
-static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engine_status st)
+static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum target_status st)
 {
     q->hint_n = q->n_committed < q->n_blk ? q->n_committed : q->n_blk;
     bool keep = s->p.prefix_caching && q->hint_n && s->p.hint_budget > 0;
@@ -531,17 +530,18 @@ static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum engi
     q->state = SREQ_DONE;
     s->outstanding--;
     s->finished++;
-    struct engine_request *r = q->r;
-    r->priv = NULL;
-    /* Keep it as its session's hint (it no longer refers to r). */
+    struct target_call *c = q->c;
+    c->priv = NULL;
+    /* Keep it as its session's hint (it no longer refers to c). */
     if (keep) {
-        hint_put(s, q, r->session_key);
-        q->r = NULL;
+        hint_put(s, q, c->session_key);
+        q->c = NULL;
     } else {
         sreq_destroy(q);
     }
-    if (r->cb && r->cb->done)
-        r->cb->done(r, t, st);
+    if (st != TARGET_OK && !c->error[0])
+        snprintf(c->error, sizeof c->error, "%s", target_status_name(st));
+    c->cb->done(c, t, st);
 }
 
 static void preempt(struct sched *s, struct sreq *q)
@@ -550,7 +550,7 @@ static void preempt(struct sched *s, struct sreq *q)
     q->hit_epoch = 0;
     q->num_computed = 0;
     q->state = SREQ_WAITING;
-    q->r->preemptions++;
+    q->c->preemptions++;
     s->preemptions++;
     wq_prepend(s, q);
 }
@@ -620,14 +620,14 @@ static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_
     int64_t cap = (q->num_tokens - 1) / bs;
     int64_t known = q->num_tokens / bs;
     uint32_t copied = 0;  /* hashes known equal to the hint's */
-    const struct sreq *h = s->hint ? s->hint[hint_slot(q->r->session_key)] : NULL;
-    if (h && h->hint_key != q->r->session_key)
+    const struct sreq *h = s->hint ? s->hint[hint_slot(q->c->session_key)] : NULL;
+    if (h && h->hint_key != q->c->session_key)
         h = NULL;
     if (q->n_hash == 0 && h && h->hint_n_ids && h->chain_ratio == q->chain_ratio) {
         /* Same session (same salt), same ids at the same places: same
          * hashes. */
-        uint32_t n = q->r->n_blocks < h->hint_n_ids ? q->r->n_blocks : h->hint_n_ids, c = 0;
-        const uint64_t *a = q->r->blocks, *b = h->hint_ids;
+        uint32_t n = q->c->n_blocks < h->hint_n_ids ? q->c->n_blocks : h->hint_n_ids, c = 0;
+        const uint64_t *a = q->c->blocks, *b = h->hint_ids;
         /* Equal runs are long (a session's calls share their history):
          * compare 64 ids at a time with memcmp, then find the first
          * difference id by id. */
@@ -895,19 +895,19 @@ static bool schedule(struct sched *s, int64_t now)
             q->n_committed = j; /* hybrid: recomputed blocks may still get checkpoints */
             q->num_computed = start;
             ASSERT(grow_blocks(s, q, start + num_new));
-            if (q->r->preemptions == 0) {
+            if (q->c->preemptions == 0) {
                 /* Prompt and cached tokens counted together, at the first
                  * admission only, so that any interval's cached / prompt
                  * is the hit rate of one set of requests (at most 1). */
-                q->r->cached_tokens = start;
+                q->c->cached_tokens = start;
                 s->cached_tokens += start;
-                s->prompt_tokens += q->r->prompt_tokens;
+                s->prompt_tokens += q->c->prompt_tokens;
             }
             wq_remove(s, q);
             if (s->hint) {
                 /* This call supersedes its session's hint. */
-                struct sreq *h = s->hint[hint_slot(q->r->session_key)];
-                if (h && h->hint_key == q->r->session_key) {
+                struct sreq *h = s->hint[hint_slot(q->c->session_key)];
+                if (h && h->hint_key == q->c->session_key) {
                     if (h->hint_ids && !q->hint_ids && q->src_serial == h->hint_serial) {
                         /* Its ids [0, src_same) are in the hint's buffer. */
                         q->hint_ids = h->hint_ids;
@@ -1000,7 +1000,7 @@ static void plan(struct sched *s, int64_t now, bool preempted)
         rem = c + n;
         for (int i = 0; i < n; i++) {
             c[i] = s->batch[i]->num_computed;
-            rem[i] = s->batch[i]->r->max_tokens - s->batch[i]->output_done;
+            rem[i] = s->batch[i]->c->max_tokens - s->batch[i]->output_done;
         }
     }
     for (;;) {
@@ -1029,7 +1029,7 @@ static void plan(struct sched *s, int64_t now, bool preempted)
                 e[i] = 0;
                 continue;
             }
-            int64_t left = closed ? rem[i] : q->r->max_tokens - q->output_done;
+            int64_t left = closed ? rem[i] : q->c->max_tokens - q->output_done;
             int64_t x = tab ? acc_draw(sp, tab, q->key, q->spec_steps + k)
                             : spec_sample(sp, q->key, q->spec_steps + k);
             if (x > left)
@@ -1093,7 +1093,7 @@ static void apply_step(struct sched *s, int k, int64_t t)
     }
     for (int i = 0; i < n; i++) {
         struct sreq *q = s->batch[i];
-        struct engine_request *r = q->r;
+        struct target_call *c = q->c;
         int64_t emitted = 0;
         if (q->step_decode) {
             emitted = e[i];
@@ -1116,11 +1116,11 @@ static void apply_step(struct sched *s, int k, int64_t t)
                 continue;
             if (!q->first_sent) {
                 q->first_sent = true;
-                if (r->cb && r->cb->first_token)
-                    r->cb->first_token(r, t);
+                if (c->cb->first_token)
+                    c->cb->first_token(c, t);
             }
-            if (r->cb && r->cb->chunk)
-                r->cb->chunk(r, t, emitted);
+            if (c->cb->chunk)
+                c->cb->chunk(c, t, emitted);
         }
     }
     (void)bs;
@@ -1136,7 +1136,7 @@ static void reap(struct sched *s, int64_t t)
     int n_fin = 0;
     for (int i = 0; i < n; i++) {
         struct sreq *q = s->running[i];
-        if (q->output_done >= q->r->max_tokens || q->cancelled) {
+        if (q->output_done >= q->c->max_tokens || q->cancelled) {
             if (!fin)
                 fin = xmalloc((size_t)n * sizeof *fin);
             fin[n_fin++] = q;
@@ -1147,9 +1147,9 @@ static void reap(struct sched *s, int64_t t)
     s->n_running = w;
     for (int i = 0; i < n_fin; i++) {
         struct sreq *q = fin[i];
-        enum engine_status st = q->output_done >= q->r->max_tokens ? ENGINE_OK
-                                : q->fail ? (enum engine_status)q->fail
-                                          : ENGINE_ERR_CANCELLED;
+        enum target_status st = q->output_done >= q->c->max_tokens ? TARGET_OK
+                                : q->fail ? (enum target_status)q->fail
+                                          : TARGET_ERR_CANCELLED;
         finish_request(s, q, t, st);
     }
     free(fin);
@@ -1162,7 +1162,7 @@ static void reap(struct sched *s, int64_t t)
         if (!q->cancelled)
             continue;
         wq_remove(s, q);
-        enum engine_status st = q->fail ? (enum engine_status)q->fail : ENGINE_ERR_CANCELLED;
+        enum target_status st = q->fail ? (enum target_status)q->fail : TARGET_ERR_CANCELLED;
         finish_request(s, q, t, st);
     }
 }
@@ -1199,7 +1199,7 @@ int64_t sched_boundary(struct sched *s, int64_t now)
                 break;
             struct sreq *q = s->whead;
             wq_remove(s, q);
-            finish_request(s, q, now, ENGINE_ERR_NO_SPACE);
+            finish_request(s, q, now, TARGET_ERR_NO_SPACE);
             reap(s, now);
         }
         preempted = schedule(s, now);
@@ -1230,26 +1230,26 @@ int sched_verify(const struct sched *s, char *err)
         const struct sreq *q = s->running[i];
         if (q->state != SREQ_RUNNING)
             return err_set(err, "sched %d: running request %llu in state %d", s->index,
-                           (unsigned long long)q->r->id, q->state);
+                           (unsigned long long)q->c->id, q->state);
         if (q->num_computed > q->num_tokens || q->num_computed < 0)
             return err_set(err, "sched %d: request %llu computed %lld of %lld tokens", s->index,
-                           (unsigned long long)q->r->id, (long long)q->num_computed,
+                           (unsigned long long)q->c->id, (long long)q->num_computed,
                            (long long)q->num_tokens);
-        if (q->output_done > q->r->max_tokens)
+        if (q->output_done > q->c->max_tokens)
             return err_set(err, "sched %d: request %llu emitted %lld > max_tokens %lld",
-                           s->index, (unsigned long long)q->r->id, (long long)q->output_done,
-                           (long long)q->r->max_tokens);
-        if (q->num_tokens != q->r->prompt_tokens + q->output_done)
+                           s->index, (unsigned long long)q->c->id, (long long)q->output_done,
+                           (long long)q->c->max_tokens);
+        if (q->num_tokens != q->c->prompt_tokens + q->output_done)
             return err_set(err, "sched %d: request %llu token count", s->index,
-                           (unsigned long long)q->r->id);
+                           (unsigned long long)q->c->id);
         if ((int64_t)q->n_blk < cdiv(q->num_computed, bs))
             return err_set(err, "sched %d: request %llu holds %u blocks for %lld tokens",
-                           s->index, (unsigned long long)q->r->id, q->n_blk,
+                           s->index, (unsigned long long)q->c->id, q->n_blk,
                            (long long)q->num_computed);
         for (uint32_t b = 0; b < q->n_blk; b++) {
             if (q->blk[b] >= s->kv.n_made || kv_ref(&s->kv, q->blk[b]) == 0)
                 return err_set(err, "sched %d: request %llu holds a free block", s->index,
-                               (unsigned long long)q->r->id);
+                               (unsigned long long)q->c->id);
         }
         held += q->n_blk;
     }
@@ -1257,7 +1257,7 @@ int sched_verify(const struct sched *s, char *err)
     for (const struct sreq *q = s->whead; q; q = q->wnext) {
         if (q->state != SREQ_WAITING || q->n_blk)
             return err_set(err, "sched %d: waiting request %llu holds blocks or is not waiting",
-                           s->index, (unsigned long long)q->r->id);
+                           s->index, (unsigned long long)q->c->id);
         nw++;
     }
     if (nw != s->n_waiting)

@@ -96,8 +96,7 @@ int64_t pricer_step(struct sched_pricer *p, const struct cost_batch *b, bool *fa
 enum sreq_state { SREQ_WAITING = 0, SREQ_RUNNING, SREQ_DONE };
 
 struct sreq {
-    struct engine_request *r;
-    struct sched *s;
+    struct target_call *c;   /* the call it serves (NULL once it is a hint) */
     int64_t arrival_ns;
     int64_t output_done;     /* tokens emitted */
     int64_t num_tokens;      /* prompt + output_done */
@@ -117,7 +116,7 @@ struct sreq {
     int64_t prompt_full;     /* full blocks of the original prompt */
     enum sreq_state state;
     bool cancelled, first_sent, prefilling;
-    int fail;                /* engine_status to end with at the next boundary */
+    int fail;                /* target_status to end with at the next boundary */
     int64_t cancel_ns;       /* when cancelled: emissions after it are not delivered */
     uint32_t hit_m;          /* blocks matched at the last admission attempt */
     uint32_t hint_n;         /* as a hint: full blocks [0, hint_n) were cached */
@@ -222,9 +221,9 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
 void sched_free(struct sched *s);
 
 /* Adds a request (arrival = now). err for invalid input. */
-int sched_submit(struct sched *s, struct engine_request *r, char *err);
+int sched_submit(struct sched *s, struct target_call *c, char *err);
 /* Marks a request cancelled; its done comes at the next boundary. */
-void sched_cancel(struct sched *s, struct engine_request *r);
+void sched_cancel(struct sched *s, struct target_call *c);
 /* Cuts a closed-form run at the first step boundary after now. Returns
  * the (possibly new) time of the replica's next boundary. */
 int64_t sched_cut(struct sched *s, int64_t now);

@@ -1,11 +1,13 @@
-/* target.h: what the replayer drives. A target takes calls (a prompt
- * described by its token count and block chain, and an exact output
- * length) and reports back, through callbacks, the first token, every
- * chunk of tokens and the end. Implementations:
- *   - the simulated engine, in process (target_engine.c, virtual clock);
- *   - a fixed-rate fake whose timelines are known exactly (target_fake.c;
+/* target.h: the request protocol between the replayer and what it drives.
+ * A target takes calls (a prompt described by its token count and block
+ * chain, and an exact output length) and reports back, through callbacks,
+ * the first token, every chunk of tokens and the end. Implementations:
+ *   - the simulated engine, in process (engine/engine.h, which speaks this
+ *     protocol itself; engine.c wraps it as a target);
+ *   - a fixed-rate fake whose timelines are known exactly (engine/fake.c;
  *     tests and dry runs);
- *   - a live OpenAI-compatible HTTP endpoint (the load generator's).
+ *   - a live OpenAI-compatible HTTP endpoint (replay/http_target.c, the
+ *     load generator's).
  * The replayer does not know which one it drives.
  *
  * Protocol:
@@ -89,16 +91,26 @@ struct target_call {
     void *priv;                /* the target's own per-call state */
 };
 
-/* Aggregate state for timelines (cumulative counters since creation). */
+/* Aggregate state for timelines and /metrics (cumulative counters since
+ * creation). The engine fills every field; other targets leave what they
+ * cannot know at -1 (gauges) or 0 (engine-only counters). */
 struct target_stats {
     int64_t running, waiting;       /* requests now (-1: unknown) */
-    double kv_used_frac;            /* 0..1, -1 if unknown */
-    int64_t prompt_tokens;          /* cumulative, whole prompts */
+    double kv_used_frac;            /* KV blocks in use / total, 0..1
+                                       (-1: unknown) */
+    int64_t prompt_tokens;          /* cumulative, whole prompts (counted
+                                       with cached_tokens at a call's first
+                                       admission) */
     int64_t cached_tokens;          /* cumulative */
     int64_t output_tokens;          /* cumulative */
     int64_t preemptions;            /* cumulative */
-    int64_t fallback_steps;         /* cumulative (engine only) */
     int64_t steps;                  /* cumulative (engine only) */
+    int64_t fallback_steps;         /* cumulative: steps the specialized
+                                       path handed to the standard one
+                                       (engine only) */
+    int64_t busy_ns;                /* cumulative time replicas spent in
+                                       steps, summed over replicas (engine
+                                       only) */
 };
 
 struct target_ops {
@@ -139,16 +151,17 @@ static inline void target_destroy(struct target *t)
 }
 const char *target_status_name(enum target_status st);
 
-/* The simulated engine as a target (target_engine.c). The engine is
- * created from the config on loop l; the target owns it. NULL with err
- * set when the engine refuses the config. */
+/* The simulated engine as a target (engine.c). The engine is created from
+ * the config on loop l; target_destroy() destroys it. NULL with err set
+ * when the engine refuses the config. target_engine_get() gives the
+ * engine behind such a target (NULL for any other target). */
 struct engine_config;
 struct engine;
 struct target *target_engine_create(const struct engine_config *cfg,
                                     struct loop *l, char *err);
 struct engine *target_engine_get(struct target *t);
 
-/* A fixed-rate fake (target_fake.c): a call submitted at s gets its first
+/* A fixed-rate fake (fake.c): a call submitted at s gets its first
  * token at s + overhead_ns + uncached_prompt * prefill_ns_per_token and
  * then `chunk_tokens` tokens every chunk_tokens * tpot_ns (the last chunk
  * may be shorter); no queueing (every call runs at once). Its prefix cache

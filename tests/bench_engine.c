@@ -38,7 +38,7 @@ struct bench;
 
 struct slot {
     struct bench *b;
-    struct engine_request r;
+    struct target_call r;
     struct loop_timer timer;
     uint32_t session;   /* trace session */
     uint32_t call;      /* index within it */
@@ -74,7 +74,7 @@ static void next_session(struct bench *b, struct slot *s)
     s->call = 0;
 }
 
-static void on_done(struct engine_request *r, int64_t t, enum engine_status st)
+static void on_done(struct target_call *r, int64_t t, enum target_status st)
 {
     struct slot *s = r->arg;
     struct bench *b = s->b;
@@ -94,13 +94,13 @@ static void on_done(struct engine_request *r, int64_t t, enum engine_status st)
     loop_at(b->l, &s->timer, t + think, slot_submit, s);
 }
 
-static void on_chunk(struct engine_request *r, int64_t t, int64_t n)
+static void on_chunk(struct target_call *r, int64_t t, int64_t n)
 {
     struct slot *s = r->arg;
     s->b->tokens_out += n;
 }
 
-static const struct engine_cb CB = {NULL, on_chunk, on_done};
+static const struct target_cb CB = {NULL, on_chunk, on_done};
 
 static void slot_submit(struct loop *l, struct loop_timer *tm)
 {
@@ -126,7 +126,7 @@ static void slot_submit(struct loop *l, struct loop_timer *tm)
     char err[ERR_LEN];
     if (engine_submit(b->e, &s->r, err) < 0) {
         fprintf(stderr, "submit: %s\n", err);
-        on_done(&s->r, loop_now(l), ENGINE_ERR_NO_SPACE);
+        on_done(&s->r, loop_now(l), TARGET_ERR_NO_SPACE);
         return;
     }
     s->in_flight = true;
@@ -181,7 +181,7 @@ static int run(const struct trace *t, int gpus, int tp, int sessions, double sim
     int64_t w0 = wall_ns(), c0 = cpu_ns();
     loop_run(l);
     int64_t w1 = wall_ns(), c1 = cpu_ns();
-    struct engine_stats st;
+    struct target_stats st;
     engine_get_stats(b.e, &st);
     json_t *d = engine_describe_json(b.e);
     json_t *counts = json_object_get(d, "counts");

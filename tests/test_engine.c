@@ -25,7 +25,7 @@
 struct wsession;
 
 struct wcall {
-    struct engine_request r;
+    struct target_call r;
     struct wsession *s;
     struct loop_timer cancel_timer;
     char *log;
@@ -60,7 +60,7 @@ static void logf_(struct wcall *c, const char *fmt, ...)
     c->len += (size_t)n;
 }
 
-static void w_first(struct engine_request *r, int64_t t)
+static void w_first(struct target_call *r, int64_t t)
 {
     struct wcall *c = (struct wcall *)r;
     if (t > loop_now(c->s->l))
@@ -68,7 +68,7 @@ static void w_first(struct engine_request *r, int64_t t)
     logf_(c, "F%lld ", (long long)t);
 }
 
-static void w_chunk(struct engine_request *r, int64_t t, int64_t n)
+static void w_chunk(struct target_call *r, int64_t t, int64_t n)
 {
     struct wcall *c = (struct wcall *)r;
     if (t > loop_now(c->s->l))
@@ -78,7 +78,7 @@ static void w_chunk(struct engine_request *r, int64_t t, int64_t n)
 
 static void w_submit(struct loop *l, struct loop_timer *t);
 
-static void w_done(struct engine_request *r, int64_t t, enum engine_status st)
+static void w_done(struct target_call *r, int64_t t, enum target_status st)
 {
     struct wcall *c = (struct wcall *)r;
     struct wsession *s = c->s;
@@ -93,7 +93,7 @@ static void w_done(struct engine_request *r, int64_t t, enum engine_status st)
     }
 }
 
-static const struct engine_cb WCB = {w_first, w_chunk, w_done};
+static const struct target_cb WCB = {w_first, w_chunk, w_done};
 
 static void w_cancel(struct loop *l, struct loop_timer *t)
 {
@@ -152,7 +152,7 @@ struct sampler {
 static void sample_cb(struct loop *l, struct loop_timer *t)
 {
     struct sampler *sm = t->arg;
-    struct engine_stats st;
+    struct target_stats st;
     engine_get_stats(sm->e, &st);
     char buf[160];
     int n = snprintf(buf, sizeof buf, "%lld %lld %lld %lld %lld %lld\n", (long long)loop_now(l),
@@ -188,7 +188,7 @@ static void verify_hook(struct engine *e, int replica, void *arg)
 struct wresult {
     char *text;
     char *samples;
-    struct engine_stats st;
+    struct target_stats st;
     int64_t end_ns, runs;
     int bad_time;
     struct hook_state hook;
@@ -359,24 +359,24 @@ struct fb {
     int64_t tokens;
 };
 struct fb_req {
-    struct engine_request r;
+    struct target_call r;
     struct fb *b;
 };
-static void fb_first(struct engine_request *r, int64_t t)
+static void fb_first(struct target_call *r, int64_t t)
 {
     struct fb *b = ((struct fb_req *)r)->b;
     if (b->first_min < 0 || t < b->first_min)
         b->first_min = t;
 }
-static void fb_chunk(struct engine_request *r, int64_t t, int64_t n)
+static void fb_chunk(struct target_call *r, int64_t t, int64_t n)
 {
     struct fb *b = ((struct fb_req *)r)->b;
     if (t > b->last_max)
         b->last_max = t;
     b->tokens += n;
 }
-static void fb_done(struct engine_request *r, int64_t t, enum engine_status st) {}
-static const struct engine_cb FBCB = {fb_first, fb_chunk, fb_done};
+static void fb_done(struct target_call *r, int64_t t, enum target_status st) {}
+static const struct target_cb FBCB = {fb_first, fb_chunk, fb_done};
 
 static double engine_decode_tok_s(enum engine_backend be, int batch, int64_t osl, double *ref)
 {
@@ -442,8 +442,8 @@ static void test_decode_speed(void)
 /* ---- bad input ---- */
 
 static int g_status = -1;
-static void st_done(struct engine_request *r, int64_t t, enum engine_status st) { g_status = st; }
-static const struct engine_cb STCB = {NULL, NULL, st_done};
+static void st_done(struct target_call *r, int64_t t, enum target_status st) { g_status = st; }
+static const struct target_cb STCB = {NULL, NULL, st_done};
 
 static void test_bad_input(void)
 {
@@ -497,15 +497,15 @@ static void test_bad_input(void)
     e = engine_create(&c, l, err);
     CHECK(e != NULL, "engine with max_model_len 100000");
     if (e) {
-        struct engine_request r1;
+        struct target_call r1;
         memset(&r1, 0, sizeof r1);
         r1.prompt_tokens = 99990;
         r1.max_tokens = 20;
         r1.cb = &STCB;
         CHECK(engine_submit(e, &r1, err) == 0, "too long: accepted, fails in done");
         loop_run(l);
-        CHECK(g_status == ENGINE_ERR_TOO_LONG, "done with ENGINE_ERR_TOO_LONG");
-        struct engine_request r2 = {.prompt_tokens = 0, .max_tokens = 5, .cb = &STCB};
+        CHECK(g_status == TARGET_ERR_TOO_LONG, "done with TARGET_ERR_TOO_LONG");
+        struct target_call r2 = {.prompt_tokens = 0, .max_tokens = 5, .cb = &STCB};
         CHECK(engine_submit(e, &r2, err) == -1 && strstr(err, "prompt_tokens"),
               "a zero-token prompt is refused");
         engine_destroy(e);
@@ -596,7 +596,7 @@ static void test_chrome_trace(void)
         else if (json_integer_value(json_object_get(x, "tid")) == 1)
             n_kernel++;
     }
-    struct engine_stats st;
+    struct target_stats st;
     engine_get_stats(e, &st);
     CHECKF((int64_t)n_step == st.steps, "one event per step (%zu of %lld)", n_step, (long long)st.steps);
     CHECKF(n_kernel > 93 * 10, "kernels of the chosen step, layer by layer (%zu)", n_kernel);

@@ -27,7 +27,7 @@ struct prun;
 
 struct pslot {
     struct prun *p;
-    struct engine_request r;
+    struct target_call r;
     struct loop_timer timer;
     uint32_t session, call;
     uint64_t lap;
@@ -79,13 +79,13 @@ static void next_session(struct prun *p, struct pslot *s)
     s->call = 0;
 }
 
-static void on_first(struct engine_request *r, int64_t t)
+static void on_first(struct target_call *r, int64_t t)
 {
     struct pslot *s = r->arg;
     logf_(s->p, "%llu first %lld\n", (unsigned long long)r->id, (long long)t);
 }
 
-static void on_done(struct engine_request *r, int64_t t, enum engine_status st)
+static void on_done(struct target_call *r, int64_t t, enum target_status st)
 {
     struct pslot *s = r->arg;
     struct prun *p = s->p;
@@ -104,7 +104,7 @@ static void on_done(struct engine_request *r, int64_t t, enum engine_status st)
     loop_at(p->l, &s->timer, t + think, slot_submit, s);
 }
 
-static const struct engine_cb CB = {on_first, NULL, on_done};
+static const struct target_cb CB = {on_first, NULL, on_done};
 
 static void slot_submit(struct loop *l, struct loop_timer *tm)
 {
@@ -130,7 +130,7 @@ static void slot_submit(struct loop *l, struct loop_timer *tm)
     char err[ERR_LEN];
     if (engine_submit(p->e, &s->r, err) < 0) {
         logf_(p, "%llu rejected\n", (unsigned long long)s->r.id);
-        on_done(&s->r, loop_now(l), ENGINE_ERR_NO_SPACE);
+        on_done(&s->r, loop_now(l), TARGET_ERR_NO_SPACE);
     }
 }
 
@@ -141,7 +141,7 @@ static void hook(struct engine *e, int replica, void *arg)
     p->hook_calls++;
     if (engine_verify(e, err) < 0 && !p->hook_bad++)
         snprintf(p->first_err, sizeof p->first_err, "%s", err);
-    struct engine_stats st;
+    struct target_stats st;
     struct engine_replica_stats rs;
     engine_get_stats(e, &st);
     engine_get_replica_stats(e, replica, &rs);
@@ -192,7 +192,7 @@ static void run(const struct trace *t, bool no_parks, double util, int slots, do
     struct loop_timer stop = {0};
     loop_at(l, &stop, (int64_t)(sim_s * NS_PER_S), stop_cb, NULL);
     loop_run(l);
-    struct engine_stats st;
+    struct target_stats st;
     engine_get_stats(p->e, &st);
     logf_(p, "end %lld steps %lld preemptions %lld cached %lld of %lld\n",
           (long long)loop_now(l), (long long)st.steps, (long long)st.preemptions,

@@ -19,7 +19,7 @@ static const struct loop_ops f_ops = {.now = f_now};
 static struct fake_loop FL = {.base = {.ops = &f_ops}};
 
 struct rec {
-    struct engine_request r;
+    struct target_call r;
     int n_chunks;
     int64_t chunk_tok[64], chunk_t[64];
     int64_t first_t, done_t;
@@ -27,13 +27,13 @@ struct rec {
     int status;
 };
 
-static void cb_first(struct engine_request *r, int64_t t)
+static void cb_first(struct target_call *r, int64_t t)
 {
     struct rec *x = (struct rec *)r;
     x->first_t = t;
     x->n_first++;
 }
-static void cb_chunk(struct engine_request *r, int64_t t, int64_t n)
+static void cb_chunk(struct target_call *r, int64_t t, int64_t n)
 {
     struct rec *x = (struct rec *)r;
     if (x->n_chunks < 64) {
@@ -42,14 +42,14 @@ static void cb_chunk(struct engine_request *r, int64_t t, int64_t n)
     }
     x->n_chunks++;
 }
-static void cb_done(struct engine_request *r, int64_t t, enum engine_status st)
+static void cb_done(struct target_call *r, int64_t t, enum target_status st)
 {
     struct rec *x = (struct rec *)r;
     x->done_t = t;
     x->n_done++;
     x->status = st;
 }
-static const struct engine_cb CB = {cb_first, cb_chunk, cb_done};
+static const struct target_cb CB = {cb_first, cb_chunk, cb_done};
 
 static struct cost_model *COST;
 static struct sched_pricer *PRICER;
@@ -115,7 +115,7 @@ static void drain(struct sched *s)
 static bool in_batch(const struct sched *s, const struct rec *x, int64_t *new_tokens)
 {
     for (int i = 0; i < s->n_batch; i++)
-        if (s->batch[i]->r == &x->r) {
+        if (s->batch[i]->c == &x->r) {
             if (new_tokens)
                 *new_tokens = s->batch[i]->step_new;
             return true;
@@ -140,7 +140,7 @@ static void test_chunking(void)
     int64_t t1 = step(&s);
     CHECK(in_batch(&s, &r1, &n) && n == 14 && in_batch(&s, &r2, NULL), "step 2: R1's last chunk of 14 first");
     in_batch(&s, &r2, &n);
-    CHECK(n == 2 && s.batch[0]->r == &r1.r, "step 2: R2 gets the 2 tokens left");
+    CHECK(n == 2 && s.batch[0]->c == &r1.r, "step 2: R2 gets the 2 tokens left");
     CHECK(s.kv.used_blocks == 8 + 1, "step 2: 8 + 1 blocks");
     CHECK(r1.n_chunks == 0, "no token before the prompt is done");
     int64_t t2 = step(&s);
@@ -151,7 +151,7 @@ static void test_chunking(void)
     CHECK(r2.n_first == 1 && r2.first_t == t3, "R2's first token at the end of step 3");
     CHECK(s.cb.n_decode == 2 && s.cb.sum_ctx == 32 + 11, "step 4: both decode");
     int64_t t4 = step(&s);
-    CHECK(r1.n_done == 1 && r1.done_t == t4 && r1.status == ENGINE_OK && r1.n_chunks == 3,
+    CHECK(r1.n_done == 1 && r1.done_t == t4 && r1.status == TARGET_OK && r1.n_chunks == 3,
           "R1 done at step 4 with 3 tokens in 3 chunks");
     CHECK(r2.n_done == 1 && r2.done_t == t4 && r2.n_chunks == 2, "R2 done at step 4 with 2 tokens");
     CHECK(r1.chunk_t[1] == t3 && r1.chunk_t[2] == t4 && t1 < t2 && t2 < t3, "chunk times");
@@ -184,7 +184,7 @@ static void test_preemption(void)
     step(&s); /* t5: both need a 5th block; only one is left */
     CHECK(r2.r.preemptions == 1 && s.preemptions == 1, "R2 (last running) preempted");
     CHECK(s.n_batch == 1 && in_batch(&s, &r1, NULL), "R1 keeps running");
-    CHECK(s.n_waiting == 2 && s.whead->r == &r2.r, "R2 back at the front of the queue");
+    CHECK(s.n_waiting == 2 && s.whead->c == &r2.r, "R2 back at the front of the queue");
     CHECK(s.kv.n_lru == 4 && s.kv.free_units == 0, "R2's 4 full blocks stay cached");
     CHECK(!in_batch(&s, &r3, NULL), "admission rule: nothing admitted in a step that preempted");
     struct sreq *q1 = r1.r.priv;
@@ -201,7 +201,7 @@ static void test_preemption(void)
     CHECK(r3.n_done == 1 && r3.done_t == t7 && r3.n_chunks == 1, "R3 done (max_tokens 1)");
     CHECK(r2.n_chunks == 6 && r2.n_first == 1, "R2's resumption emits its 6th token, no second first token");
     drain(&s);
-    CHECK(r2.n_done == 1 && r2.status == ENGINE_OK && r2.n_chunks == 12, "R2 completes all 12");
+    CHECK(r2.n_done == 1 && r2.status == TARGET_OK && r2.n_chunks == 12, "R2 completes all 12");
     CHECK(r2.r.cached_tokens == 0, "cached_tokens counts the first admission only");
     CHECK(s.kv.used_blocks == 0 && s.outstanding == 0, "all released");
     sched_free(&s);
