@@ -40,9 +40,9 @@
 #include "engine/sched.h"
 #include "engine/spec.h"
 #include "traces/base/err.h"
+#include "traces/base/hmap.h"
 #include "traces/base/mem.h"
 #include "traces/base/rng.h"
-#include "traces/base/hash.h"
 
 /* Checkpoints along a prompt every this many tokens (rounded to blocks):
  * 32k tokens keeps their memory near 3 % of the KV they cover on Kimi K3
@@ -53,11 +53,6 @@ struct engine_plan {
     double hbm, usable, weights, activations, state_per_seq, states, kv_pool;
     double kv_per_token, block_bytes;
     int64_t kv_blocks, kv_tokens, ckpt_blocks, max_ckpts;
-};
-
-struct route_slot {
-    uint64_t key;  /* session_key + 1; 0 = empty */
-    int replica;
 };
 
 struct engine {
@@ -79,9 +74,8 @@ struct engine {
     bool in_fire;
     int current;   /* replica in sched_boundary, -1 if none */
     /* Router. */
-    struct route_slot *rt;
-    uint32_t rt_cap, rt_n;
-    uint64_t rr;
+    struct hmap routes;  /* session_key -> replica (affinity) */
+    uint64_t rr;         /* round-robin counter, and least-loaded's start */
     /* Hooks. */
     engine_step_hook_fn hook;
     void *hook_arg;
@@ -237,8 +231,7 @@ struct engine *engine_create(const struct engine_config *cfg, struct loop *l, ch
         e->pos[i] = i;
     }
     memset(&e->timer, 0, sizeof e->timer);
-    e->rt_cap = 1024;
-    e->rt = xcalloc(e->rt_cap, sizeof *e->rt);
+    hmap_init(&e->routes);
     struct rng r;
     rng_init(&r, c.seed, RNG_ROUTE);
     e->rr = rng_below(&r, (uint64_t)e->n_rep);
@@ -261,7 +254,7 @@ void engine_destroy(struct engine *e)
     free(e->next_ns);
     free(e->heap);
     free(e->pos);
-    free(e->rt);
+    hmap_free(&e->routes);
     pricer_destroy(e->pricer);
     cost_destroy(e->cost);
     free(e);
@@ -367,24 +360,6 @@ static int least_loaded(struct engine *e)
     return best;
 }
 
-static void rt_grow(struct engine *e)
-{
-    struct route_slot *old = e->rt;
-    uint32_t oc = e->rt_cap;
-    e->rt_cap *= 2;
-    e->rt = xcalloc(e->rt_cap, sizeof *e->rt);
-    for (uint32_t i = 0; i < oc; i++) {
-        if (!old[i].key)
-            continue;
-        uint32_t m = e->rt_cap - 1;
-        uint32_t p = (uint32_t)hash_mix(old[i].key, 7) & m;
-        while (e->rt[p].key)
-            p = (p + 1) & m;
-        e->rt[p] = old[i];
-    }
-    free(old);
-}
-
 static int route(struct engine *e, const struct target_call *c)
 {
     if (e->n_rep == 1)
@@ -396,20 +371,13 @@ static int route(struct engine *e, const struct target_call *c)
         return least_loaded(e);
     case ENGINE_ROUTER_AFFINITY:
     default: {
-        uint64_t k = c->session_key + 1;
-        if (!k)
-            k = 1;
-        uint32_t m = e->rt_cap - 1;
-        uint32_t p = (uint32_t)hash_mix(k, 7) & m;
-        for (; e->rt[p].key; p = (p + 1) & m)
-            if (e->rt[p].key == k)
-                return e->rt[p].replica;
-        int rep = least_loaded(e);
-        e->rt[p].key = k;
-        e->rt[p].replica = rep;
-        if (++e->rt_n * 2 > e->rt_cap)
-            rt_grow(e);
-        return rep;
+        /* A session's first call goes to the least loaded replica, the
+         * rest follow it. */
+        bool added;
+        uint64_t *rep = hmap_put(&e->routes, c->session_key, &added);
+        if (added)
+            *rep = (uint64_t)least_loaded(e);
+        return (int)*rep;
     }
     }
 }

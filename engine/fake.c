@@ -1,4 +1,4 @@
-/* target_fake.c: a fixed-rate target whose timelines are known exactly
+/* fake.c: a fixed-rate target whose timelines are known exactly
  * (see target.h): no queueing, a per-session_key prefix cache over chained
  * block ids, a fixed prefill cost per uncached token and a fixed time per
  * output token, delivered in chunks. Tests use it to check the replayer's
@@ -9,78 +9,31 @@
 
 #include "engine/target.h"
 #include "traces/base/err.h"
-#include "traces/base/mem.h"
 #include "traces/base/hash.h"
+#include "traces/base/hmap.h"
+#include "traces/base/list.h"
+#include "traces/base/mem.h"
 
 struct fake_call {
     struct loop_timer timer;
     struct target_call *c;
     struct fake *f;
     int64_t emitted;     /* tokens delivered so far */
-    int64_t next_ns;     /* time of the next chunk */
-    struct fake_call *prev, *next;
+    struct list_node live; /* in fake.live */
 };
 
 struct fake {
     struct target base;
     struct target_fake_config cfg;
-    /* Open-addressing set of chained prefix hashes (0 = empty). */
-    uint64_t *set;
-    size_t set_cap, set_n;
-    struct fake_call *live;  /* calls in flight */
+    struct hmap seen;        /* chained prefix hashes seen (values unused) */
+    struct list_node live;   /* calls in flight (struct fake_call) */
     int64_t running;
     struct target_stats st;
 };
 
-static int set_has(const struct fake *f, uint64_t h)
-{
-    size_t m = f->set_cap - 1;
-    for (size_t i = h & m;; i = (i + 1) & m) {
-        if (f->set[i] == h)
-            return 1;
-        if (!f->set[i])
-            return 0;
-    }
-}
-
-static void set_put(struct fake *f, uint64_t h);
-static void set_grow(struct fake *f)
-{
-    uint64_t *old = f->set;
-    size_t oc = f->set_cap;
-    f->set_cap = oc ? oc * 2 : 1024;
-    f->set = xcalloc(f->set_cap, sizeof *f->set);
-    f->set_n = 0;
-    for (size_t i = 0; i < oc; i++)
-        if (old[i])
-            set_put(f, old[i]);
-    free(old);
-}
-
-static void set_put(struct fake *f, uint64_t h)
-{
-    if ((f->set_n + 1) * 2 > f->set_cap)
-        set_grow(f);
-    size_t m = f->set_cap - 1;
-    for (size_t i = h & m;; i = (i + 1) & m) {
-        if (f->set[i] == h)
-            return;
-        if (!f->set[i]) {
-            f->set[i] = h;
-            f->set_n++;
-            return;
-        }
-    }
-}
-
 static void unlink_call(struct fake *f, struct fake_call *fc)
 {
-    if (fc->prev)
-        fc->prev->next = fc->next;
-    else
-        f->live = fc->next;
-    if (fc->next)
-        fc->next->prev = fc->prev;
+    list_remove(&fc->live);
     f->running--;
 }
 
@@ -144,10 +97,7 @@ static int fake_submit(struct target *t, struct target_call *c, char *err)
     fc->c = c;
     fc->f = f;
     c->priv = fc;
-    fc->next = f->live;
-    if (f->live)
-        f->live->prev = fc;
-    f->live = fc;
+    list_push_front(&f->live, &fc->live);
     f->running++;
     int64_t now = loop_now(t->loop);
     if (f->cfg.max_model_len > 0 && c->prompt_tokens + c->max_tokens > f->cfg.max_model_len) {
@@ -157,20 +107,16 @@ static int fake_submit(struct target *t, struct target_call *c, char *err)
         loop_at(t->loop, &fc->timer, now, on_too_long, fc);
         return 0;
     }
-    /* Prefix cache: leading blocks whose chained hash was seen before. */
+    /* Prefix cache: leading blocks whose chained hash was seen before
+     * (every block's hash is remembered). */
     int64_t matched = 0;
     uint64_t h = hash_mix(c->session_key, 0x9e3779b97f4a7c15ULL);
-    bool miss = false;
-    for (uint32_t i = 0; i < c->n_blocks; i++) {
+    for (uint32_t i = 0; f->cfg.cache && i < c->n_blocks; i++) {
         h = hash_mix(h, c->blocks[i]);
-        if (!h)
-            h = 1;
-        if (!miss && f->cfg.cache && set_has(f, h))
+        bool added;
+        hmap_put(&f->seen, h, &added);
+        if (!added && matched == i)
             matched++;
-        else
-            miss = true;
-        if (f->cfg.cache)
-            set_put(f, h);
     }
     int64_t cached = matched * c->trace_block_size;
     if (cached > c->prompt_tokens - 1)
@@ -218,14 +164,14 @@ static void *fake_describe(struct target *t)
 static void fake_destroy(struct target *t)
 {
     struct fake *f = (struct fake *)t;
-    while (f->live) {
-        struct fake_call *fc = f->live;
+    LIST_FOR_EACH_SAFE(n, nx, &f->live) {
+        struct fake_call *fc = LIST_ENTRY(n, struct fake_call, live);
         loop_cancel(t->loop, &fc->timer);
         unlink_call(f, fc);
         fc->c->priv = NULL;
         free(fc);
     }
-    free(f->set);
+    hmap_free(&f->seen);
     free(f);
 }
 
@@ -243,6 +189,7 @@ struct target *target_fake_create(const struct target_fake_config *cfg, struct l
     if (f->cfg.chunk_tokens < 1)
         f->cfg.chunk_tokens = 1;
     f->base.gpus = cfg->gpus > 0 ? cfg->gpus : 1;
-    set_grow(f);
+    hmap_init(&f->seen);
+    list_init(&f->live);
     return &f->base;
 }

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "traces/base/err.h"
-#include "traces/base/mem.h"
 #include "traces/base/hash.h"
+#include "traces/base/mem.h"
 
 /* Longest closed-form run, in steps, and the scratch it may use. */
 #define RUN_MAX_STEPS 65536
@@ -197,6 +197,7 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
     s->pricer = pricer;
     s->loop = l;
     kv_init(&s->kv, p->kv_units, p->hybrid && p->prefix_caching ? p->ckpt_units : 0);
+    list_init(&s->waiting);
     s->bs_shift = -1;
     if (p->block_size > 0 && (p->block_size & (p->block_size - 1)) == 0)
         s->bs_shift = __builtin_ctz((unsigned)p->block_size);
@@ -224,10 +225,8 @@ void sched_free(struct sched *s)
 {
     for (int i = 0; i < s->n_running; i++)
         sreq_destroy(s->running[i]);
-    for (struct sreq *q = s->whead, *n; q; q = n) {
-        n = q->wnext;
-        sreq_destroy(q);
-    }
+    LIST_FOR_EACH_SAFE(n, nx, &s->waiting)
+        sreq_destroy(LIST_ENTRY(n, struct sreq, wait));
     for (struct sreq *q = s->hint_first, *n; q; q = n) {
         n = q->wnext;
         sreq_destroy(q);
@@ -244,39 +243,19 @@ void sched_free(struct sched *s)
 
 static void wq_append(struct sched *s, struct sreq *q)
 {
-    q->wnext = NULL;
-    q->wprev = s->wtail;
-    if (s->wtail)
-        s->wtail->wnext = q;
-    else
-        s->whead = q;
-    s->wtail = q;
+    list_push_back(&s->waiting, &q->wait);
     s->n_waiting++;
 }
 
 static void wq_prepend(struct sched *s, struct sreq *q)
 {
-    q->wprev = NULL;
-    q->wnext = s->whead;
-    if (s->whead)
-        s->whead->wprev = q;
-    else
-        s->wtail = q;
-    s->whead = q;
+    list_push_front(&s->waiting, &q->wait);
     s->n_waiting++;
 }
 
 static void wq_remove(struct sched *s, struct sreq *q)
 {
-    if (q->wprev)
-        q->wprev->wnext = q->wnext;
-    else
-        s->whead = q->wnext;
-    if (q->wnext)
-        q->wnext->wprev = q->wprev;
-    else
-        s->wtail = q->wprev;
-    q->wnext = q->wprev = NULL;
+    list_remove(&q->wait);
     s->n_waiting--;
 }
 
@@ -867,8 +846,8 @@ static bool schedule(struct sched *s, int64_t now)
         budget -= num_new;
     }
     if (!preempted) {
-        while (s->whead && budget > 0 && s->n_running < s->p.max_num_seqs) {
-            struct sreq *q = s->whead;
+        struct sreq *q;
+        while ((q = sched_waiting_head(s)) && budget > 0 && s->n_running < s->p.max_num_seqs) {
             if (had_running && q->arrival_ns >= now)
                 break;
             uint32_t m, j;
@@ -1155,10 +1134,11 @@ static void reap(struct sched *s, int64_t t)
     free(fin);
     /* Cancelled or failed waiting requests (a walk only when some were
      * marked since the last one). */
-    int64_t pending = s->cancel_pending;
+    if (!s->cancel_pending)
+        return;
     s->cancel_pending = 0;
-    for (struct sreq *q = pending ? s->whead : NULL, *nx; q; q = nx) {
-        nx = q->wnext;
+    LIST_FOR_EACH_SAFE(node, next, &s->waiting) {
+        struct sreq *q = LIST_ENTRY(node, struct sreq, wait);
         if (!q->cancelled)
             continue;
         wq_remove(s, q);
@@ -1190,14 +1170,14 @@ int64_t sched_boundary(struct sched *s, int64_t now)
     reap(s, now);
     s->n_batch = 0;
     bool preempted = schedule(s, now);
-    while (!s->n_batch && s->whead) {
+    while (!s->n_batch && sched_waiting_head(s)) {
         /* Everything was preempted (the next schedule admits), or the head
          * cannot fit even alone (its blocks and checkpoints exceed the
          * pool): end it rather than stall. */
         if (!preempted) {
             if (s->n_running)
                 break;
-            struct sreq *q = s->whead;
+            struct sreq *q = sched_waiting_head(s);
             wq_remove(s, q);
             finish_request(s, q, now, TARGET_ERR_NO_SPACE);
             reap(s, now);
@@ -1254,7 +1234,8 @@ int sched_verify(const struct sched *s, char *err)
         held += q->n_blk;
     }
     int64_t nw = 0;
-    for (const struct sreq *q = s->whead; q; q = q->wnext) {
+    LIST_FOR_EACH(n, &s->waiting) {
+        const struct sreq *q = LIST_ENTRY(n, struct sreq, wait);
         if (q->state != SREQ_WAITING || q->n_blk)
             return err_set(err, "sched %d: waiting request %llu holds blocks or is not waiting",
                            s->index, (unsigned long long)q->c->id);

@@ -65,6 +65,7 @@
 #include "engine/engine.h"
 #include "engine/kvcache.h"
 #include "engine/spec.h"
+#include "traces/base/list.h"
 
 struct sched_params {
     int block_size;                 /* engine block, tokens */
@@ -147,7 +148,8 @@ struct sreq {
     int64_t step_new;        /* tokens computed this step */
     bool step_decode;        /* a decode (verification) step */
     int64_t step_start;      /* num_computed at the step's start */
-    struct sreq *wnext, *wprev; /* waiting queue links */
+    struct list_node wait;   /* in sched.waiting while waiting */
+    struct sreq *wnext, *wprev; /* hint list links */
 };
 
 /* Bits of a 53-bit acceptance draw that index struct sched's acc_tab
@@ -168,7 +170,7 @@ struct sched {
     /* Requests. */
     struct sreq **running;   /* admission order */
     int n_running, cap_running;
-    struct sreq *whead, *wtail; /* waiting queue */
+    struct list_node waiting; /* waiting queue (struct sreq.wait), in order */
     int64_t n_waiting;
     int64_t outstanding;     /* submitted, not done (router load) */
     int64_t cancel_pending;  /* requests marked cancelled since the last reap */
@@ -215,6 +217,13 @@ struct sched {
     uint64_t hint_serials;   /* hint serials handed out */
     int64_t hint_hits;       /* blocks matched through a hint */
 };
+
+/* The request at the head of the waiting queue, or NULL. */
+static inline struct sreq *sched_waiting_head(const struct sched *s)
+{
+    struct list_node *n = list_first(&s->waiting);
+    return n ? LIST_ENTRY(n, struct sreq, wait) : NULL;
+}
 
 void sched_init(struct sched *s, int index, const struct sched_params *p,
                 struct sched_pricer *pricer, struct loop *l);

@@ -184,7 +184,7 @@ static void test_preemption(void)
     step(&s); /* t5: both need a 5th block; only one is left */
     CHECK(r2.r.preemptions == 1 && s.preemptions == 1, "R2 (last running) preempted");
     CHECK(s.n_batch == 1 && in_batch(&s, &r1, NULL), "R1 keeps running");
-    CHECK(s.n_waiting == 2 && s.whead->c == &r2.r, "R2 back at the front of the queue");
+    CHECK(s.n_waiting == 2 && sched_waiting_head(&s)->c == &r2.r, "R2 back at the front of the queue");
     CHECK(s.kv.n_lru == 4 && s.kv.free_units == 0, "R2's 4 full blocks stay cached");
     CHECK(!in_batch(&s, &r3, NULL), "admission rule: nothing admitted in a step that preempted");
     struct sreq *q1 = r1.r.priv;
