@@ -62,7 +62,7 @@ struct engine {
     struct model_preset m;
     struct gpu_preset g;
     struct cost_model *cost;
-    struct sched_pricer *pricer;
+    struct pricer *pricer;
     struct spec_model spec;
     struct engine_plan plan;
     int n_rep;

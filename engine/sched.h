@@ -64,6 +64,7 @@
 #include "engine/cost.h"
 #include "engine/engine.h"
 #include "engine/kvcache.h"
+#include "engine/pricer.h"
 #include "engine/spec.h"
 #include "traces/base/list.h"
 
@@ -82,17 +83,6 @@ struct sched_params {
     int64_t hint_budget;            /* bytes of session hints (0: none) */
     bool no_parks;                  /* release blocks one by one (for checking) */
 };
-
-/* Prices steps from the batch; decode-only steps are priced by linear
- * interpolation between cost_step() at sum_ctx grid points (every
- * PRICE_GRID tokens), memoised, so a step costs a few nanoseconds. Both
- * advance modes use the same prices. */
-#define PRICE_GRID 4096
-struct sched_pricer;
-struct sched_pricer *pricer_create(const struct cost_model *c);
-void pricer_destroy(struct sched_pricer *p);
-/* Step time in ns; *fallback set when the specialized path fell back. */
-int64_t pricer_step(struct sched_pricer *p, const struct cost_batch *b, bool *fallback);
 
 enum sreq_state { SREQ_WAITING = 0, SREQ_RUNNING, SREQ_DONE };
 
@@ -165,7 +155,7 @@ struct sched {
     int index;               /* replica index */
     struct sched_params p;
     struct kvcache kv;
-    struct sched_pricer *pricer;
+    struct pricer *pricer;
     struct loop *loop;
     /* Requests. */
     struct sreq **running;   /* admission order */
@@ -226,7 +216,7 @@ static inline struct sreq *sched_waiting_head(const struct sched *s)
 }
 
 void sched_init(struct sched *s, int index, const struct sched_params *p,
-                struct sched_pricer *pricer, struct loop *l);
+                struct pricer *pricer, struct loop *l);
 void sched_free(struct sched *s);
 
 /* Adds a request (arrival = now). err for invalid input. */

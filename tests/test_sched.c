@@ -52,7 +52,7 @@ static void cb_done(struct target_call *r, int64_t t, enum target_status st)
 static const struct target_cb CB = {cb_first, cb_chunk, cb_done};
 
 static struct cost_model *COST;
-static struct sched_pricer *PRICER;
+static struct pricer *PRICER;
 
 static void req(struct rec *x, uint64_t id, int64_t prompt, int64_t max, uint64_t session,
                 const uint64_t *blocks, uint32_t nb, int64_t tbs)
