@@ -82,6 +82,7 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
     s->loop = l;
     kv_init(&s->kv, p->kv_units, p->hybrid && p->prefix_caching ? p->ckpt_units : 0);
     list_init(&s->waiting);
+    handoff_hints_init(&s->hints);
     s->bs_shift = -1;
     if (p->block_size > 0 && (p->block_size & (p->block_size - 1)) == 0)
         s->bs_shift = __builtin_ctz((unsigned)p->block_size);
@@ -91,31 +92,20 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
         acc_tab_build(sp, s->acc_tab);
 }
 
-#define SCHED_HINTS 1024
-/* Prefetch distance of the hint walk, in blocks (a short loop body: the
- * block words must be asked for well ahead). */
-#ifndef HINT_AHEAD
-#define HINT_AHEAD 48
-#endif
-
-static void sreq_destroy(struct sreq *q)
+void sreq_free(struct sreq *q)
 {
     if (q)
-        free(q->hint_ids);
+        handoff_release(&q->ho);
     free(q);
 }
 
 void sched_free(struct sched *s)
 {
     for (int i = 0; i < s->n_running; i++)
-        sreq_destroy(s->running[i]);
+        sreq_free(s->running[i]);
     LIST_FOR_EACH_SAFE(n, nx, &s->waiting)
-        sreq_destroy(LIST_ENTRY(n, struct sreq, wait));
-    for (struct sreq *q = s->hint_first, *n; q; q = n) {
-        n = q->wnext;
-        sreq_destroy(q);
-    }
-    free(s->hint);
+        sreq_free(LIST_ENTRY(n, struct sreq, wait));
+    handoff_hints_free(&s->hints);
     free(s->running);
     free(s->batch);
     free(s->run_end);
@@ -180,10 +170,9 @@ int sched_submit(struct sched *s, struct target_call *c, char *err)
     memset(q, 0, sizeof *q);
     q->hash = (uint64_t *)(q + 1);
     q->blk = (uint32_t *)(q->hash + cap_hash);
-    q->gen = q->blk + cap_blk;
     q->cap_hash = cap_hash;
     q->cap_blk = cap_blk;
-    q->bytes = (int64_t)sz;
+    handoff_init(&q->ho, q->blk + cap_blk, (int64_t)sz);
     q->c = c;
     q->arrival_ns = loop_now(s->loop);
     q->num_tokens = c->prompt_tokens;
@@ -246,7 +235,7 @@ static uint64_t block_hash(const struct sreq *q, uint32_t i)
     return fmix(prev * 0x94d049bb133111ebULL ^ content);
 }
 
-static void ensure_hashes(struct sreq *q, uint32_t upto)
+void sreq_hashes(struct sreq *q, uint32_t upto)
 {
     ASSERT(upto <= q->cap_hash);
     uint32_t i = q->n_hash;
@@ -273,10 +262,10 @@ static void ensure_hashes(struct sreq *q, uint32_t upto)
     q->n_hash = upto > q->n_hash ? upto : q->n_hash;
 }
 
-static void release_blocks(struct sched *s, struct sreq *q, uint32_t *gen_out)
+static void release_blocks(struct sched *s, struct sreq *q)
 {
     /* Tail first, so that chain tails are evicted before their heads. */
-    kv_release_chain(&s->kv, q->blk, q->n_blk, gen_out);
+    kv_release_chain(&s->kv, q->blk, q->n_blk, NULL);
     q->n_blk = 0;
     q->n_committed = 0;
 }
@@ -291,117 +280,34 @@ static void commit_blocks(struct sched *s, struct sreq *q)
         full = q->n_blk;
     if (full <= q->n_committed)
         return;
-    ensure_hashes(q, full);
+    sreq_hashes(q, full);
     for (uint32_t i = q->n_committed; i < full; i++) {
         if (i + 8 < full)
             kv_prefetch(&s->kv, q->hash[i + 8]);
         bool hashed = kv_commit(&s->kv, q->blk[i], q->hash[i]);
-        if (i == q->hp && hashed)
-            q->hp++;
+        handoff_committed(&q->ho, i, hashed);
         if (s->kv.ckpt_units && (int64_t)i + 1 <= q->prompt_full &&
             (((int64_t)i + 1) % s->p.ckpt_interval == 0 || (int64_t)i + 1 == q->prompt_full)) {
             bool had = kv_has_ckpt(&s->kv, q->blk[i]);
-            if (kv_checkpoint(&s->kv, q->blk[i]) == 0 && !had && i < q->hp)
-                q->ck_hp++;
+            if (kv_checkpoint(&s->kv, q->blk[i]) == 0 && !had)
+                handoff_checkpointed(&q->ho, i);
         }
     }
     q->n_committed = full;
 }
 
-static inline uint32_t hint_slot(uint64_t key)
-{
-    return (uint32_t)hash_mix(key, 0x68696e74) & (SCHED_HINTS - 1);
-}
-
-static void hint_drop(struct sched *s, struct sreq *h)
-{
-    if (h->wprev)
-        h->wprev->wnext = h->wnext;
-    else
-        s->hint_first = h->wnext;
-    if (h->wnext)
-        h->wnext->wprev = h->wprev;
-    else
-        s->hint_last = h->wprev;
-    s->hint_bytes -= h->bytes;
-    uint32_t k = hint_slot(h->hint_key);
-    if (s->hint[k] == h)
-        s->hint[k] = NULL;
-    /* Its park (if not adopted) becomes cached blocks one by one. */
-    if (kv_park_live(&s->kv, h->park_id, h->park_serial))
-        kv_park_split(&s->kv, h->park_id, 0);
-    sreq_destroy(h);
-}
-
-/* Makes q its session's hint; drops the oldest hints beyond the budget. */
-static void hint_put(struct sched *s, struct sreq *q, uint64_t key)
-{
-    if (!s->hint)
-        s->hint = xcalloc(SCHED_HINTS, sizeof *s->hint);
-    q->hint_key = key;
-    /* Its trace ids: where the next call's chain agrees, its hashes are
-     * copied instead of recomputed. */
-    uint32_t k = hint_slot(key);
-    q->hint_serial = ++s->hint_serials;
-    if (q->c && q->c->n_blocks && q->chain_ratio) {
-        /* A buffer it holds already is the one of the hint its ids were
-         * compared with (taken over at admission): only the ids after the
-         * equal run are copied. */
-        uint32_t n = q->c->n_blocks, same = q->hint_ids ? q->src_same : 0;
-        if (q->hint_cap_ids < n) {
-            q->hint_cap_ids = n + n / 4;
-            q->hint_ids = xrealloc(q->hint_ids, (size_t)q->hint_cap_ids * sizeof *q->hint_ids);
-        }
-        q->hint_n_ids = n;
-        memcpy(q->hint_ids + same, q->c->blocks + same, (size_t)(n - same) * sizeof *q->hint_ids);
-        q->bytes += (int64_t)q->hint_n_ids * 8;
-    }
-    if (s->hint[k])
-        hint_drop(s, s->hint[k]);
-    s->hint[k] = q;
-    q->wnext = NULL;
-    q->wprev = s->hint_last;
-    if (s->hint_last)
-        s->hint_last->wnext = q;
-    else
-        s->hint_first = q;
-    s->hint_last = q;
-    s->hint_bytes += q->bytes;
-    while (s->hint_bytes > s->p.hint_budget && s->hint_first != q)
-        hint_drop(s, s->hint_first);
-}
-
 static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum target_status st)
 {
-    q->hint_n = q->n_committed < q->n_blk ? q->n_committed : q->n_blk;
-    bool keep = s->p.prefix_caching && q->hint_n && s->p.hint_budget > 0;
-    if (keep && q->hp && q->hp <= q->n_blk && !q->no_park && !s->p.no_parks &&
-        q->share_epoch == kv_share_mark(&s->kv, q->tag)) {
-        /* Released tail first as always: the blocks after the hashed
-         * prefix one by one, then the prefix as a park that the session's
-         * next call adopts whole (kvcache.h). */
-        uint32_t hp = q->hp;
-        kv_release_chain(&s->kv, q->blk + hp, q->n_blk - hp, q->gen + hp);
-        q->park_id = kv_park(&s->kv, q->blk, q->gen, hp, q->ck_hp, q->tag, &q->park_serial);
-        if (q->park_id == KV_NONE) /* no park: the prefix one by one */
-            kv_release_chain(&s->kv, q->blk, hp, q->gen);
-        q->n_blk = 0;
-        q->n_committed = 0;
-    } else {
-        release_blocks(s, q, q->gen);
-    }
+    bool kept = handoff_finish(s, q); /* its blocks released (or parked) */
     q->state = SREQ_DONE;
     s->outstanding--;
     s->finished++;
     struct target_call *c = q->c;
     c->priv = NULL;
-    /* Keep it as its session's hint (it no longer refers to c). */
-    if (keep) {
-        hint_put(s, q, c->session_key);
-        q->c = NULL;
-    } else {
-        sreq_destroy(q);
-    }
+    if (kept)
+        q->c = NULL; /* its session's hint now */
+    else
+        sreq_free(q);
     if (st != TARGET_OK && !c->error[0])
         snprintf(c->error, sizeof c->error, "%s", target_status_name(st));
     c->cb->done(c, t, st);
@@ -409,8 +315,8 @@ static void finish_request(struct sched *s, struct sreq *q, int64_t t, enum targ
 
 static void preempt(struct sched *s, struct sreq *q)
 {
-    release_blocks(s, q, NULL);
-    q->hit_epoch = 0;
+    release_blocks(s, q);
+    handoff_preempted(&q->ho);
     q->num_computed = 0;
     q->state = SREQ_WAITING;
     q->c->preemptions++;
@@ -430,7 +336,7 @@ static bool grow_blocks(struct sched *s, struct sreq *q, int64_t tokens)
     while (q->n_blk < want) {
         uint32_t b = kv_alloc(&s->kv);
         ASSERT(b != KV_NONE);
-        kv_tag(&s->kv, b, q->tag);
+        kv_tag(&s->kv, b, handoff_tag(&q->ho));
         q->blk[q->n_blk++] = b;
     }
     return true;
@@ -446,10 +352,7 @@ static void trim_blocks(struct sched *s, struct sreq *q, int64_t tokens)
     }
     if (q->n_committed > q->n_blk)
         q->n_committed = q->n_blk;
-    if (q->hp > q->n_blk) {
-        q->hp = q->n_blk;
-        q->no_park = true; /* its checkpoint count is no longer known */
-    }
+    handoff_trimmed(&q->ho, q->n_blk);
 }
 
 static inline void batch_push(struct sched *s, struct sreq *q)
@@ -459,231 +362,6 @@ static inline void batch_push(struct sched *s, struct sreq *q)
         s->batch = xrealloc(s->batch, (size_t)s->cap_batch * sizeof *s->batch);
     }
     s->batch[s->n_batch++] = q;
-}
-
-/* Prefix hit for a waiting request: matched blocks m, usable hit j (both
- * in blocks). */
-static void prefix_hit(struct sched *s, struct sreq *q, uint32_t *m_out, uint32_t *j_out,
-                       int64_t *pinned_out)
-{
-    *m_out = *j_out = 0;
-    *pinned_out = 0;
-    /* The matched blocks blk[0 .. m) are taken (kv_take) as they are
-     * found, while each block's word is at hand; pinned is the units they
-     * stopped being evictable for. The caller keeps them, or gives them
-     * back with kv_untake_chain() when the request cannot be admitted. */
-    int64_t pinned = 0;
-    q->hp = q->ck_hp = 0;
-    q->no_park = false;
-    if (!s->p.prefix_caching)
-        return;
-    uint32_t ck_all = 0; /* matched blocks with a checkpoint */
-    bool took_shared = false; /* a matched block was in use */
-    int bs = s->p.block_size;
-    int64_t cap = (q->num_tokens - 1) / bs;
-    int64_t known = q->num_tokens / bs;
-    uint32_t copied = 0;  /* hashes known equal to the hint's */
-    const struct sreq *h = s->hint ? s->hint[hint_slot(q->c->session_key)] : NULL;
-    if (h && h->hint_key != q->c->session_key)
-        h = NULL;
-    if (q->n_hash == 0 && h && h->hint_n_ids && h->chain_ratio == q->chain_ratio) {
-        /* Same session (same salt), same ids at the same places: same
-         * hashes. */
-        uint32_t n = q->c->n_blocks < h->hint_n_ids ? q->c->n_blocks : h->hint_n_ids, c = 0;
-        const uint64_t *a = q->c->blocks, *b = h->hint_ids;
-        /* Equal runs are long (a session's calls share their history):
-         * compare 64 ids at a time with memcmp, then find the first
-         * difference id by id. */
-        while (c + 64 <= n && memcmp(a + c, b + c, 64 * sizeof *a) == 0)
-            c += 64;
-        while (c < n && a[c] == b[c])
-            c++;
-        q->src_serial = h->hint_serial;
-        q->src_same = c;
-        int64_t e = (int64_t)c * q->chain_ratio;
-        if (e > q->n_chain)
-            e = q->n_chain;
-        if (e > h->n_chain)
-            e = h->n_chain;
-        if (e > h->n_hash)
-            e = h->n_hash;
-        memcpy(q->hash, h->hash, (size_t)e * sizeof *q->hash);
-        q->n_hash = (uint32_t)e;
-        copied = (uint32_t)e;
-    }
-    if (q->n_hash < known && q->n_hash < q->n_chain)
-        ensure_hashes(q, (uint32_t)(known < q->n_chain ? known : q->n_chain));
-    uint32_t m = 0;
-    ASSERT(q->n_blk == 0);
-    /* A head blocked for blocks retries every step: reuse its last match
-     * while nothing was evicted (an eviction is the only way a matched
-     * block leaves the table). */
-    bool retry = q->hit_epoch == s->kv.evictions + 1;
-    if (!retry)
-        q->adopt_n = 0;
-    if (retry) {
-        m = q->hit_m;
-        uint32_t k0 = 0;
-        if (q->adopt_n) {
-            /* Its park, if still parked (what was materialised since is
-             * taken block by block). */
-            if (kv_park_live(&s->kv, q->adopt_id, q->adopt_serial)) {
-                k0 = s->kv.parks[q->adopt_id].n;
-                ASSERT(k0 <= q->adopt_n);
-                ck_all += s->kv.parks[q->adopt_id].n_ck;
-                pinned += kv_adopt(&s->kv, q->adopt_id);
-            }
-            q->adopt_n = k0;
-        }
-        for (uint32_t k = k0; k < m; k++) {
-            int64_t u = kv_take(&s->kv, q->blk[k]);
-            pinned += u;
-            ck_all += u > 1;
-            took_shared |= u == 0;
-        }
-    } else if (h) {
-        /* The session's previous request: same hashes, blocks that still
-         * hold them. */
-        {
-            uint32_t lim = h->hint_n;
-            if ((int64_t)lim > cap)
-                lim = (uint32_t)cap;
-            if (lim > q->n_hash)
-                lim = q->n_hash;
-            struct kvcache *kv = &s->kv;
-            if (kv_park_live(kv, h->park_id, h->park_serial)) {
-                /* The hint's blocks [0, n) are parked, unchanged since: the
-                 * walk below would take blk[0, a) for a = n capped at lim
-                 * and at the first differing hash past the copied ones.
-                 * Adopt those whole; the rest become cached blocks as a
-                 * release one by one would have left them. */
-                struct kv_park *pk = &kv->parks[h->park_id];
-                uint32_t a = pk->n < lim ? pk->n : lim;
-                for (uint32_t k = copied; k < a; k++)
-                    if (h->hash[k] != q->hash[k]) {
-                        a = k;
-                        break;
-                    }
-                if (a < pk->n)
-                    kv_park_split(kv, h->park_id, a);
-                if (a) {
-                    ck_all += pk->n_ck;
-                    pinned += kv_adopt(kv, h->park_id);
-                    memcpy(q->blk, h->blk, (size_t)a * sizeof *q->blk);
-                    q->adopt_id = h->park_id;
-                    q->adopt_serial = h->park_serial;
-                    q->adopt_n = a;
-                    m = a;
-                }
-            }
-            /* kv_take() block by block, with the pool's counters kept in
-             * registers (stores to the block words could alias them) and
-             * applied once after the walk. */
-            uint64_t *stw = kv->st;
-            const uint32_t *qpos = kv->next;
-            struct kv_lru_entry *lq = kv->q;
-            const uint64_t qm = kv->q_cap - 1;
-            const uint64_t lru_bit = (uint64_t)KV_LRU << KV_FLAG_SHIFT;
-            int64_t taken = 0, ck = 0, shared = 0;
-            /* A block in use may be parked by someone else while parks are
-             * live (not while this hint is, but exactness does not rely on
-             * it): its park is materialised first. */
-#define HINT_TAKE(m)                                                            \
-    ({                                                                          \
-        uint32_t b_ = h->blk[m];                                                \
-        uint64_t st_ = stw[b_];                                                 \
-        if (__builtin_expect((st_ & KV_REF_MASK) && kv->n_parks_live, 0)) {     \
-            kv_unpark_block(kv, b_);                                            \
-            st_ = stw[b_];                                                      \
-        }                                                                       \
-        bool ok_ = (kv_st_flags(st_) & KV_HASHED) && kv_st_gen(st_) == h->gen[m]; \
-        if (ok_) {                                                              \
-            if (!(st_ & KV_REF_MASK)) {                                         \
-                ASSERT(st_ & lru_bit);                                          \
-                lq[qpos[b_] & qm].block = KV_NONE; /* its queue entry dies */   \
-                taken++;                                                        \
-                ck += (kv_st_flags(st_) & KV_CKPT) != 0;                        \
-                st_ &= ~lru_bit;                                                \
-            } else {                                                            \
-                shared++;                                                       \
-                kv_share_note(kv, b_);                                          \
-            }                                                                   \
-            ASSERT((st_ & KV_REF_MASK) != KV_REF_MASK);                         \
-            stw[b_] = st_ + 1;                                                  \
-            q->blk[m] = b_;                                                     \
-        }                                                                       \
-        ok_;                                                                    \
-    })
-            /* First the blocks whose hashes were copied (equal by
-             * construction) while the prefetch stays inside the chain,
-             * then the rest, comparing hashes. */
-            uint32_t fast = lim < copied ? lim : copied;
-            fast = fast > HINT_AHEAD ? fast - HINT_AHEAD : 0;
-            bool stop = false;
-            while (m < fast) {
-                __builtin_prefetch(&stw[h->blk[m + HINT_AHEAD]]);
-                if (!HINT_TAKE(m)) {
-                    stop = true;
-                    break;
-                }
-                m++;
-            }
-            if (!stop) {
-                while (m < lim && (m < copied || h->hash[m] == q->hash[m])) {
-                    if (m + HINT_AHEAD < lim)
-                        __builtin_prefetch(&stw[h->blk[m + HINT_AHEAD]]);
-                    if (!HINT_TAKE(m))
-                        break;
-                    m++;
-                }
-            }
-#undef HINT_TAKE
-            int64_t u = taken + ck * kv->ckpt_units;
-            kv->lru_units -= u;
-            kv->n_lru -= taken;
-            kv->used_blocks += taken;
-            took_shared |= shared != 0;
-            ck_all += (uint32_t)ck;
-            pinned += u;
-            s->hint_hits += m;
-        }
-    }
-    /* Lookups are independent cache misses: prefetch a few ahead. */
-    uint32_t lim = (uint32_t)(cap < (int64_t)q->n_hash ? cap : (int64_t)q->n_hash);
-    for (uint32_t k = m; k < m + 16 && k < lim; k++)
-        kv_prefetch(&s->kv, q->hash[k]);
-    while (m < lim) {
-        if (m + 16 < lim)
-            kv_prefetch(&s->kv, q->hash[m + 16]);
-        uint32_t b = kv_lookup(&s->kv, q->hash[m]);
-        if (b == KV_NONE)
-            break;
-        int64_t u = kv_take(&s->kv, b);
-        pinned += u;
-        ck_all += u > 1;
-        took_shared |= u == 0;
-        q->blk[m++] = b;
-    }
-    *pinned_out = pinned;
-    /* All matched blocks are hashed. (Checkpoints on blocks taken while
-     * in use are not counted, but such a take rules parking out.) An
-     * adopted park's blocks carry its tag, which q takes over. */
-    q->hp = m;
-    q->ck_hp = ck_all;
-    q->tag = q->adopt_n ? s->kv.parks[q->adopt_id].tag : kv_tag_new(&s->kv);
-    q->share_epoch = kv_share_mark(&s->kv, q->tag);
-    q->no_park = took_shared;
-    q->hit_m = m;
-    q->hit_epoch = s->kv.evictions + 1;
-    uint32_t j = m;
-    if (s->kv.ckpt_units) {
-        while (j > 0 && !kv_has_ckpt(&s->kv, q->blk[j - 1]))
-            j--;
-    } else if (s->p.hybrid) {
-        j = 0;
-    }
-    *m_out = m;
-    *j_out = j;
 }
 
 /* Forms the next step. Returns true if a request was preempted. */
@@ -734,27 +412,22 @@ static bool schedule(struct sched *s, int64_t now)
         while ((q = sched_waiting_head(s)) && budget > 0 && s->n_running < s->p.max_num_seqs) {
             if (had_running && q->arrival_ns >= now)
                 break;
-            uint32_t m, j;
-            int64_t pinned;
-            prefix_hit(s, q, &m, &j, &pinned);
+            /* Its prefix hit: m blocks matched and taken, j usable. */
+            uint32_t j, m = handoff_match(s, q, &j);
             int64_t start = (int64_t)j * bs;
             int64_t num_new = q->num_tokens - start;
             if (num_new > budget)
                 num_new = budget;
             int64_t want = cdiv(start + num_new, bs);
             int64_t need = want > m ? want - m : 0;
-            /* The matched blocks are taken: what is available now is what
-             * was available less their evictable units (pinned). */
-            (void)pinned;
+            /* (The matched blocks are taken already: kv_available() no
+             * longer counts them as evictable.) */
             if (need > kv_available(&s->kv)) {
-                kv_untake_chain(&s->kv, q->blk + q->adopt_n, m - q->adopt_n);
-                if (q->adopt_n)
-                    kv_unadopt(&s->kv, q->adopt_id);
+                handoff_unmatch(s, q, m);
                 break;
             }
             q->n_blk = m;
-            for (uint32_t k = q->adopt_n; k < m; k++)
-                kv_tag(&s->kv, q->blk[k], q->tag);
+            handoff_admit(s, q, m);
             q->n_committed = j; /* hybrid: recomputed blocks may still get checkpoints */
             q->num_computed = start;
             ASSERT(grow_blocks(s, q, start + num_new));
@@ -767,20 +440,7 @@ static bool schedule(struct sched *s, int64_t now)
                 s->prompt_tokens += q->c->prompt_tokens;
             }
             wq_remove(s, q);
-            if (s->hint) {
-                /* This call supersedes its session's hint. */
-                struct sreq *h = s->hint[hint_slot(q->c->session_key)];
-                if (h && h->hint_key == q->c->session_key) {
-                    if (h->hint_ids && !q->hint_ids && q->src_serial == h->hint_serial) {
-                        /* Its ids [0, src_same) are in the hint's buffer. */
-                        q->hint_ids = h->hint_ids;
-                        q->hint_cap_ids = h->hint_cap_ids;
-                        h->hint_ids = NULL;
-                        h->hint_n_ids = h->hint_cap_ids = 0;
-                    }
-                    hint_drop(s, h);
-                }
-            }
+            handoff_supersede(s, q);
             q->state = SREQ_RUNNING;
             q->prefilling = true;
             running_push(s, q);

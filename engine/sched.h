@@ -34,12 +34,12 @@
  * (kvcache.h); matched blocks beyond the last checkpoint are reused but
  * recomputed.
  *
- * Parked prefixes: when a request ends, the blocks of its hashed prefix
- * that it holds alone are parked as a unit (kvcache.h) rather than
- * released one by one, and its session's next call, guided by the
- * session hint, adopts the part it matches whole; only the blocks beyond
- * are walked. Parking changes no result (sched_params.no_parks turns it
- * off for checking).
+ * Session handoff (handoff.h): when a request ends it stays as its
+ * session's hint, the blocks of its hashed prefix that it held alone
+ * parked as a unit (kvcache.h); the session's next call matches its
+ * prefix through the hint and adopts the park whole. Neither changes a
+ * result (sched_params.hint_budget and no_parks turn them off for
+ * checking).
  *
  * Speculative decoding: a decoding request computes draft + 1 positions
  * per step (KV slots for all of them: the lookahead), emits 1 + accepted
@@ -63,6 +63,7 @@
 
 #include "engine/cost.h"
 #include "engine/engine.h"
+#include "engine/handoff.h"
 #include "engine/kvcache.h"
 #include "engine/pricer.h"
 #include "engine/spec.h"
@@ -97,7 +98,6 @@ struct sreq {
     uint64_t salt;           /* hashes of blocks outside the trace chain */
     uint64_t chain_seed;     /* session salt for chain hashes */
     uint32_t *blk;           /* blocks held, in token order */
-    uint32_t *gen;           /* as a hint: generation of blk[i] at release */
     uint32_t n_blk, cap_blk;
     uint64_t *hash;          /* hashes of full blocks [0, n_hash) */
     uint32_t n_hash, cap_hash;
@@ -109,37 +109,12 @@ struct sreq {
     bool cancelled, first_sent, prefilling;
     int fail;                /* target_status to end with at the next boundary */
     int64_t cancel_ns;       /* when cancelled: emissions after it are not delivered */
-    uint32_t hit_m;          /* blocks matched at the last admission attempt */
-    uint32_t hint_n;         /* as a hint: full blocks [0, hint_n) were cached */
-    uint64_t hint_key;       /* as a hint: its session_key */
-    int64_t bytes;           /* its allocation */
-    uint64_t *hint_ids;      /* as a hint: its trace block ids (owned) */
-    uint32_t hint_n_ids;
-    uint32_t hint_cap_ids;   /* hint_ids' capacity, in ids */
-    uint64_t hint_serial;    /* as a hint: unique among the scheduler's hints */
-    uint64_t src_serial;     /* the hint its ids were compared with (0: none) */
-    uint32_t src_same;       /* ids [0, src_same) equal that hint's */
-    int64_t hit_epoch;       /* kv evictions + 1 then (0: none); while no block
-                                was evicted since, blk[0, hit_m) still match */
-    uint32_t adopt_id;       /* park adopted at the last admission attempt: */
-    uint32_t adopt_n;        /*   blk[0, adopt_n) (0: none) */
-    uint64_t adopt_serial;
-    /* Parking (kvcache.h): at the end, blk[0, hp) go to one park when each
-     * is held by this request alone: it took none in use (no_park) and
-     * none got a second holder since (kv_share_mark of its tag). */
-    uint32_t hp;             /* blocks [0, hp) are hashed */
-    uint32_t ck_hp;          /* of them, blocks with a checkpoint */
-    uint32_t share_epoch;    /* kv_share_mark(tag) at admission */
-    bool no_park;
-    uint32_t tag;            /* marks the blocks it holds alone (kv_tag) */
-    uint32_t park_id;        /* as a hint: its park (with park_serial; 0: none) */
-    uint64_t park_serial;
     /* This step. */
     int64_t step_new;        /* tokens computed this step */
     bool step_decode;        /* a decode (verification) step */
     int64_t step_start;      /* num_computed at the step's start */
     struct list_node wait;   /* in sched.waiting while waiting */
-    struct sreq *wnext, *wprev; /* hint list links */
+    struct handoff ho;       /* its session's prefix: match, park, hint */
 };
 
 /* Bits of a 53-bit acceptance draw that index struct sched's acc_tab
@@ -194,18 +169,7 @@ struct sched {
     int64_t finished;
     sched_step_fn on_step;
     void *on_step_arg;
-    /* Hints: the last finished request of a session (its block hashes and
-     * indices), so that the session's next call finds its prefix by
-     * comparing hashes in order instead of probing the table per block.
-     * A hint only speeds the lookup up; a block counts only if it still
-     * holds that content. Direct-mapped by session key; a hint is dropped
-     * once the session's next call is admitted (that call becomes the
-     * next hint), so the memory in use stays small and warm. */
-    struct sreq **hint;
-    struct sreq *hint_first, *hint_last; /* hints, oldest first (wnext) */
-    int64_t hint_bytes;      /* memory the hints hold (cap: p.hint_budget) */
-    uint64_t hint_serials;   /* hint serials handed out */
-    int64_t hint_hits;       /* blocks matched through a hint */
+    struct handoff_hints hints; /* each session's last finished request */
 };
 
 /* The request at the head of the waiting queue, or NULL. */
@@ -239,5 +203,10 @@ int sched_acc_draw(const struct sched *s, uint64_t skey, int64_t step);
 
 /* Checks the scheduler's invariants and its KV cache. 0 or -1 with err. */
 int sched_verify(const struct sched *s, char *err);
+
+/* For handoff.c: computes the hashes of q's full blocks [n_hash, upto);
+ * frees a request (running, waiting or a hint). */
+void sreq_hashes(struct sreq *q, uint32_t upto);
+void sreq_free(struct sreq *q);
 
 #endif
