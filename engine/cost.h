@@ -123,7 +123,7 @@ void cost_set_fit(struct cost_model *c, double floor_ns, double overhead_ns);
  * TP16, batch 1, isl 1, osl 1000: 256.4 tok/s specialized, 136.4 auto)
  * for the given presets; returns 0 or -1 with err set. */
 int cost_fit(const struct model_preset *m, const struct gpu_preset *g, int tp,
-             double spec_tok_s, double auto_tok_s, double *floor_ns,
+             double specialized_tok_s, double auto_tok_s, double *floor_ns,
              double *overhead_ns, char *err);
 
 /* The fixed-batch decode measurement (metrics.md): prefill of `batch`
