@@ -101,7 +101,9 @@ struct kv_park {
     uint32_t tag;         /* its owner's tag (kv_tag) */
 };
 /* Live park by owner tag: direct-mapped; a park whose slot is taken by
- * another live park is not made (the caller releases block by block). */
+ * another live park is not made (the caller releases block by block).
+ * Not traces/base/hmap.h: read for every in-use block taken while parks
+ * are live (kv_unpark_block), and an entry leaves when its park ends. */
 #define KV_TAG_SLOTS 4096
 struct kv_tag_slot {
     uint32_t tag, park;

@@ -1,6 +1,7 @@
-/* sched.c: one replica's vLLM V1-style scheduler, prefix cache use,
- * speculative accounting and the advance of steps, one by one or in
- * closed-form runs (see sched.h). */
+/* sched.c: one replica's vLLM V1-style scheduler (sched.h): requests and
+ * their blocks, forming steps, speculative accounting and the advance of
+ * steps, one by one or in closed-form runs; the prefix match and what a
+ * request leaves for its session's next call are handoff.c's. */
 #include "engine/sched.h"
 
 #include <stdio.h>

@@ -1,5 +1,4 @@
-/* loop_ev.c: the real clock behind replay/loop.h (loop_real_create), on
- * libev.
+/* loop_ev.c: the real clock of loop.h (loop_real_create), on libev.
  *
  * Time is CLOCK_MONOTONIC in nanoseconds since the loop was created.
  * Timers live in the shared struct loop_heap; one timerfd, armed with an
