@@ -474,7 +474,8 @@ int cost_fit(const struct model_preset *m, const struct gpu_preset *g, int tp,
              double specialized_tok_s, double auto_tok_s, double *floor_ns,
              double *overhead_ns, char *err)
 {
-    struct cost_model *c_specialized = cost_create(m, g, tp, ENGINE_BACKEND_LATENCY_SPECIALIZED, NULL, false, err);
+    struct cost_model *c_specialized =
+        cost_create(m, g, tp, ENGINE_BACKEND_LATENCY_SPECIALIZED, NULL, false, err);
     struct cost_model *c_auto = cost_create(m, g, tp, ENGINE_BACKEND_AUTO, NULL, false, err);
     int rc = -1;
     if (!c_specialized || !c_auto)

@@ -6,9 +6,9 @@
  * and tensor-parallel reductions cost latency + bytes / link bandwidth
  * unless the path fuses or overlaps them; plus the per-step overhead and
  * the drafter. The kernel lists per path and layer kind are explicit
- * tables (cost.c); their names are the contract with calibration files
- * (engine/CALIBRATION.md). Measured times from --calibration replace the
- * analytic cost of the kernels they cover.
+ * tables (cost_kernels.c); their names are the contract with calibration
+ * files (engine/CALIBRATION.md, cost_calib.c). Measured times from
+ * --calibration replace the analytic cost of the kernels they cover.
  *
  * The latency-specialized path applies only where the real one does
  * (decode-only steps up to batch 64, or speculative verification with 3-7
@@ -89,7 +89,7 @@ int cost_breakdown(const struct cost_model *c, const struct cost_batch *b,
 /* Names of kernels whose analytic cost a calibration file replaced. */
 int cost_calibrated_kernels(const struct cost_model *c, const char **names, int cap);
 
-/* ---- additions ---- */
+/* ---- kernel names, calibration files, the fit, the decode measurement ---- */
 
 /* Paths and scopes as numbers: path 0 = auto (standard), 1 =
  * latency_specialized; scope = a layer kind, or COST_SCOPE_STEP for the

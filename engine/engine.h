@@ -131,7 +131,7 @@ void engine_get_stats(const struct engine *e, struct target_stats *s);
 void *engine_describe_json(const struct engine *e);
 int engine_replicas(const struct engine *e);
 
-/* ---- additions: checking, per-replica statistics, step trace ---- */
+/* ---- checking, per-replica statistics, step trace ---- */
 
 /* Called after every replica step boundary is processed (after each step
  * with `stepwise`; after each closed-form run otherwise). Tests run

@@ -597,7 +597,6 @@ int64_t sched_cut(struct sched *s, int64_t now)
 static void apply_step(struct sched *s, int k, int64_t t)
 {
     int n = s->n_batch;
-    int bs = s->p.block_size;
     const uint8_t *e = s->run_emit + (size_t)k * n;
     int64_t start = k ? s->run_end[k - 1] : s->step_start_ns;
     s->steps++;
@@ -647,7 +646,6 @@ static void apply_step(struct sched *s, int k, int64_t t)
                 c->cb->chunk(c, t, emitted);
         }
     }
-    (void)bs;
 }
 
 /* Removes finished and cancelled requests from the running list (keeping
