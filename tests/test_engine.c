@@ -513,6 +513,78 @@ static void test_bad_input(void)
     loop_destroy(l);
 }
 
+/* ---- the engine as a target (target.h) ---- */
+
+struct tp_rec {
+    struct target_call c;
+    int n_first, n_chunks, n_done;
+    int64_t tokens, done_t;
+    enum target_status st;
+};
+static void tp_first(struct target_call *c, int64_t t) { ((struct tp_rec *)c)->n_first++; }
+static void tp_chunk(struct target_call *c, int64_t t, int64_t n)
+{
+    struct tp_rec *r = (struct tp_rec *)c;
+    r->n_chunks++;
+    r->tokens += n;
+}
+static void tp_done(struct target_call *c, int64_t t, enum target_status st)
+{
+    struct tp_rec *r = (struct tp_rec *)c;
+    r->n_done++;
+    r->done_t = t;
+    r->st = st;
+}
+static const struct target_cb TPCB = {tp_first, tp_chunk, tp_done};
+
+static void test_target_protocol(void)
+{
+    struct engine_config c;
+    engine_config_defaults(&c);
+    c.gpus = 32;
+    c.max_model_len = 100000;
+    struct loop *l = loop_virtual_create();
+    char err[ERR_LEN];
+    struct target *tg = target_engine_create(&c, l, err);
+    CHECK(tg && tg->gpus == 32 && !tg->live, "target_engine_create: 32 GPUs, not live");
+    struct engine *e = target_engine_get(tg);
+    CHECK(e && engine_replicas(e) == 2, "target_engine_get gives the engine (2 replicas)");
+    struct tp_rec ok, big;
+    memset(&ok, 0, sizeof ok);
+    memset(&big, 0, sizeof big);
+    ok.c = (struct target_call){.id = 1, .session_key = 5, .prompt_tokens = 500,
+                                .max_tokens = 20, .cb = &TPCB, .cached_tokens = -1};
+    snprintf(ok.c.error, sizeof ok.c.error, "stale");
+    big.c = (struct target_call){.id = 2, .session_key = 6, .prompt_tokens = 99990,
+                                 .max_tokens = 20, .cb = &TPCB};
+    CHECK(target_submit(tg, &ok.c, err) == 0 && target_submit(tg, &big.c, err) == 0,
+          "both calls accepted");
+    CHECK(ok.c.priv && ok.c.replica >= 0 && ok.c.replica < 2 && ok.c.cached_tokens == 0 &&
+              ok.c.http_status == 0 && ok.c.server_prompt_tokens == -1 &&
+              ok.c.server_output_tokens == -1 && !ok.c.error[0],
+          "at submit: routed, its state on priv, target fields reset");
+    loop_run(l);
+    CHECK(ok.n_done == 1 && ok.st == TARGET_OK && ok.n_first == 1 && ok.tokens == 20 &&
+              !ok.c.priv && !ok.c.error[0], "a call runs to TARGET_OK with all its tokens");
+    CHECK(big.n_done == 1 && big.st == TARGET_ERR_TOO_LONG && big.n_chunks == 0 &&
+              !strcmp(big.c.error, target_status_name(TARGET_ERR_TOO_LONG)),
+          "too long: TARGET_ERR_TOO_LONG with the status name as its error");
+    struct target_stats ts, es;
+    target_stats(tg, &ts);
+    engine_get_stats(e, &es);
+    CHECK(!memcmp(&ts, &es, sizeof ts) && ts.output_tokens == 20 && ts.steps > 0 &&
+              ts.busy_ns > 0 && ts.running == 0 && ts.waiting == 0,
+          "target_stats is engine_get_stats");
+    struct tp_rec bad;
+    memset(&bad, 0, sizeof bad);
+    bad.c = (struct target_call){.id = 3, .prompt_tokens = 0, .max_tokens = 5, .cb = &TPCB};
+    CHECK(target_submit(tg, &bad.c, err) == -1 && !bad.c.priv && bad.c.replica == -1 &&
+              bad.n_done == 0, "an invalid call is refused at submit, no callback");
+    target_cancel(tg, &bad.c); /* not in flight: nothing */
+    target_destroy(tg);
+    loop_destroy(l);
+}
+
 static int run_cmd(const char *args, char *out, size_t n)
 {
     char cmd[1024];
@@ -662,6 +734,7 @@ int main(void)
 {
     test_router();
     test_bad_input();
+    test_target_protocol();
     test_closed_form_identity();
     test_decode_speed();
     test_info_cmd();
