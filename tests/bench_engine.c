@@ -13,7 +13,14 @@
  * then how that changes from 1 to 1,024 live sessions and from 16 to
  * 1,024 GPUs (64 live sessions in all, then 64 per replica). Speed is
  * simulated time over this process's CPU time (one core, whatever else
- * the machine runs), with wall-clock speed beside it. Deterministic. */
+ * the machine runs), with wall-clock speed beside it. Deterministic.
+ *
+ *     bench_engine [SIM]                          the table
+ *     bench_engine SIM GPUS SESSIONS [VARIANT]    one setup; VARIANT turns a
+ *         design choice off to measure it: stepwise (no closed-form runs),
+ *         no-parks (blocks released one by one), no-hints (no session
+ *         hints, hence no parks either). Results are the same; speed is
+ *         not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +156,9 @@ struct result {
     double hit;
 };
 
+/* A design choice turned off (one-setup mode), or NULL. */
+static const char *VARIANT;
+
 static int run(const struct trace *t, int gpus, int tp, int sessions, double sim_s,
                struct result *out)
 {
@@ -156,6 +166,11 @@ static int run(const struct trace *t, int gpus, int tp, int sessions, double sim
     engine_config_defaults(&c);
     c.gpus = gpus;
     c.tp = tp;
+    if (VARIANT) {
+        c.stepwise = !strcmp(VARIANT, "stepwise");
+        c.no_parks = !strcmp(VARIANT, "no-parks");
+        c.hint_bytes = !strcmp(VARIANT, "no-hints") ? -1 : 0;
+    }
     struct loop *l = loop_virtual_create();
     char err[ERR_LEN];
     struct bench b = {.t = t, .l = l};
@@ -240,8 +255,16 @@ int main(int argc, char **argv)
         return 1;
     }
     double sim = argc > 1 ? atof(argv[1]) : 600;
-    if (argc > 3) { /* one setup: SIM GPUS SESSIONS */
+    if (argc > 3) { /* one setup: SIM GPUS SESSIONS [VARIANT] */
         struct result r;
+        VARIANT = argc > 4 ? argv[4] : NULL;
+        if (VARIANT && strcmp(VARIANT, "stepwise") && strcmp(VARIANT, "no-parks") &&
+            strcmp(VARIANT, "no-hints")) {
+            fprintf(stderr, "bench_engine: variant %s: stepwise, no-parks or no-hints\n",
+                    VARIANT);
+            trace_destroy(t);
+            return 2;
+        }
         if (run(t, atoi(argv[2]), 16, atoi(argv[3]), sim, &r) == 0)
             row("one setup", &r);
         trace_destroy(t);
