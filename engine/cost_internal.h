@@ -162,8 +162,11 @@ int cost_ffn_kernels(const struct cost_model *c, int path, bool moe, const struc
                      struct kern *k, int n);
 int cost_step_kernels(const struct cost_model *c, const struct shape *s, struct kern *k, int n);
 /* A whole layer: attention then FFN. */
-int cost_layer_list(const struct cost_model *c, int path, int kind, bool moe,
-                    const struct shape *s, struct kern *k);
+static inline int cost_layer_list(const struct cost_model *c, int path, int kind, bool moe,
+                                  const struct shape *s, struct kern *k)
+{
+    return cost_ffn_kernels(c, path, moe, s, k, cost_attn_kernels(c, path, kind, s, k, 0));
+}
 
 /* ---- calibration (cost_calib.c) ---- */
 

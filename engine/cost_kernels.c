@@ -337,13 +337,6 @@ int cost_step_kernels(const struct cost_model *c, const struct shape *s,
     return n;
 }
 
-int cost_layer_list(const struct cost_model *c, int path, int kind, bool moe,
-                    const struct shape *s, struct kern *k)
-{
-    int n = cost_attn_kernels(c, path, kind, s, k, 0);
-    return cost_ffn_kernels(c, path, moe, s, k, n);
-}
-
 /* ---- kernel name tables (for the doc, calibration checks and tests) ---- */
 
 int cost_kernel_names(const struct cost_model *c, int path, int scope, bool moe,
