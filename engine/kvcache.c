@@ -50,7 +50,7 @@ static inline void set_flags(struct kvcache *kv, uint32_t i, uint32_t f)
 
 /* The block index (content hash -> block) is a table of its own, not
  * traces/base/hmap.h: every prefix-cache lookup, commit and eviction goes
- * through it (kv_commit, kv_lookup and evict_one: 8 % of the engine's
+ * through it (kv_commit, kv_lookup and evict_one: 10 % of the replay loop's
  * instructions in `bench_engine 600 16 64`), its slots are prefetched
  * ahead of batched lookups (kv_prefetch), and evictions remove entries,
  * which hmap.h cannot. */
