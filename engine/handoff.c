@@ -425,10 +425,15 @@ uint32_t handoff_match(struct sched *s, struct sreq *q, uint32_t *usable)
     int bs = s->p.block_size;
     int64_t cap = (q->num_tokens - 1) / bs; /* hits end before the last token */
     int64_t known = q->num_tokens / bs;     /* full blocks */
+    /* Its hashes: the hint's where the trace ids agree, then the rest of
+     * the prompt's chain. */
     const struct sreq *h = hint_of(&s->hints, q->c->session_key);
     uint32_t copied = copy_hint_hashes(q, h);
     if (q->n_hash < known && q->n_hash < q->n_chain)
         sreq_hashes(q, (uint32_t)(known < q->n_chain ? known : q->n_chain));
+    /* Its blocks: the last match again while nothing was evicted since,
+     * else through the hint (its park, then its other blocks); the table
+     * for the rest. */
     struct match mt = {0};
     if (ho->match_epoch == kv->evictions + 1) {
         retake_last_match(kv, q, &mt);
