@@ -94,17 +94,6 @@ static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *v)
     return 0;
 }
 
-static int parse_double(const char *s, double *v)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(x))
-        return -1;
-    *v = x;
-    return 0;
-}
-
 int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, char *err)
 {
     const char *f = argv[*i];
@@ -170,13 +159,13 @@ int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, c
         char *p2 = strchr(p1, ':');
         if (p2)
             *p2++ = 0;
-        if (parse_double(p1, &d) || !(d > 0))
+        if (parse_double(p1, &d, NULL) || !(d > 0))
             return err_set(err, "bad --arrival rate '%s' (calls per second > 0)", p1);
         c->rate = d;
         if (!strcmp(buf, "poisson") && !p2) {
             c->mode = REPLAY_MODE_POISSON;
         } else if (!strcmp(buf, "gamma") && p2) {
-            if (parse_double(p2, &d) || !(d > 0))
+            if (parse_double(p2, &d, NULL) || !(d > 0))
                 return err_set(err, "bad --arrival gamma CV '%s' (> 0)", p2);
             c->gamma_cv = d;
             c->mode = REPLAY_MODE_GAMMA;
@@ -185,7 +174,7 @@ int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, c
         }
     } else if (!strcmp(f, "--time-scale")) {
         NEED_VALUE();
-        if (parse_double(v, &d) || !(d > 0))
+        if (parse_double(v, &d, NULL) || !(d > 0))
             return err_set(err, "bad --time-scale '%s' (> 0)", v);
         c->time_scale = d;
     } else if (!strcmp(f, "--max-model-len")) {
@@ -195,7 +184,7 @@ int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, c
         c->max_model_len = n;
     } else if (!strcmp(f, "--overflow-limit")) {
         NEED_VALUE();
-        if (parse_double(v, &d) || d < 0 || d > 1)
+        if (parse_double(v, &d, NULL) || d < 0 || d > 1)
             return err_set(err, "bad --overflow-limit '%s' (0..1)", v);
         c->overflow_limit = d;
     } else if (!strcmp(f, "--think")) {
