@@ -107,9 +107,7 @@ int replay_cmd_demo(int argc, char **argv)
     struct demo_opts o;
     /* `./agentreplay` with no arguments arrives here with argv[0] the binary. */
     bool named = !strcmp(argv[0], "demo");
-    int rc = cli_parse("demo", &demo_spec, &o, named ? argc : 1, argv, NULL, NULL);
-    if (rc < 0)
-        rc = points_parsed("demo", &o.co, false);
+    int rc = points_parse("demo", &demo_spec, &o, &o.co, named ? argc : 1, argv, false);
     if (rc >= 0)
         return rc;
     struct points_opts *co = &o.co;

@@ -238,9 +238,7 @@ int replay_cmd_plan(int argc, char **argv)
 {
     char err[ERR_LEN] = "";
     struct plan_opts o;
-    int rc = cli_parse("plan", &plan_spec, &o, argc, argv, NULL, NULL);
-    if (rc < 0)
-        rc = points_parsed("plan", &o.co, true);
+    int rc = points_parse("plan", &plan_spec, &o, &o.co, argc, argv, true);
     if (rc >= 0)
         return rc;
     struct points_opts *co = &o.co;

@@ -22,8 +22,12 @@ void points_init(struct points_opts *o)
     o->jobs = 2;
 }
 
-int points_parsed(const char *cmd, struct points_opts *o, bool objectives)
+int points_parse(const char *cmd, const struct flag_spec *spec, void *opts, struct points_opts *o,
+                 int argc, char **argv, bool objectives)
 {
+    int rc = cli_parse(cmd, spec, opts, argc, argv, NULL, NULL);
+    if (rc >= 0)
+        return rc;
     if (o->run.slo.n_objectives && !objectives) {
         char msg[256];
         snprintf(msg, sizeof msg, "--slo %s: percentile objectives are plan's; %s takes "

@@ -30,9 +30,11 @@ struct points_opts {
     int jobs;                    /* -j (sweep, the main job) */
 };
 void points_init(struct points_opts *o);
-/* After parsing: the SLO into the base point; percentile objectives are
- * refused unless allowed (plan's). Returns -1 to go on, or the exit code. */
-int points_parsed(const char *cmd, struct points_opts *o, bool objectives);
+/* cli_parse of a simulating command whose options opts embed co; then the
+ * SLO into the base point, percentile objectives refused unless allowed
+ * (plan's). Returns -1 to go on, or the exit code. */
+int points_parse(const char *cmd, const struct flag_spec *spec, void *opts, struct points_opts *co,
+                 int argc, char **argv, bool objectives);
 
 /* --backend (a list) and --layout into a struct grid (sweep, plan, the
  * main job); --concurrency (a list) into a struct grid (sweep, the main

@@ -154,9 +154,7 @@ int replay_cmd_sim(int argc, char **argv)
 {
     char err[ERR_LEN] = "";
     struct sim_opts o;
-    int rc = cli_parse("sim", &sim_spec, &o, argc, argv, NULL, NULL);
-    if (rc < 0)
-        rc = points_parsed("sim", &o.co, false);
+    int rc = points_parse("sim", &sim_spec, &o, &o.co, argc, argv, false);
     if (rc >= 0)
         return rc;
     if (!o.co.run.out)

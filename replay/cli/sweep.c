@@ -53,9 +53,7 @@ int replay_cmd_sweep(int argc, char **argv)
 {
     char err[ERR_LEN] = "";
     struct sweep_opts o;
-    int rc = cli_parse("sweep", &sweep_spec, &o, argc, argv, NULL, NULL);
-    if (rc < 0)
-        rc = points_parsed("sweep", &o.co, false);
+    int rc = points_parse("sweep", &sweep_spec, &o, &o.co, argc, argv, false);
     if (rc >= 0)
         return rc;
     struct points_opts *co = &o.co;
