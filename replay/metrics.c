@@ -10,6 +10,7 @@
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
 #include "traces/base/hash.h"
+#include "traces/base/parse.h"
 #include "traces/base/stats.h"
 
 void dvec_push(struct dvec *d, double x)
@@ -30,9 +31,8 @@ void dvec_free(struct dvec *d)
 /* One term "NAME=VALUE" (NUL-terminated, NAME at t, VALUE at v). */
 static int slo_term(char *t, const char *v, struct metrics_slo *slo, char *err)
 {
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x > 0) || !isfinite(x))
+    double x;
+    if (parse_double(v, &x, NULL) || !(x > 0))
         return err_set(err, "%s: '%s' is not a number > 0", t, v);
     if (!strcmp(t, "ttft")) {
         slo->ttft_ms = x;

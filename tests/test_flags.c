@@ -218,8 +218,16 @@ static void test_grammar(void)
     struct flag_spec ws = {.usage = "w", .size = sizeof(struct toy), .groups = {{NULL, wrong, 0}}};
     CHECK(flags_verify(&ws, err) < 0 && strstr(err, "--x"), "a destination of the wrong size");
 
-    int64_t ns;
+    int64_t ns, a, b;
     CHECK(parse_duration("1.5h", &ns, err) == 0 && ns == 5400 * NS_PER_S, "1.5h");
+    CHECK(parse_i64_pair("16x1", &a, &b, err) == 0 && a == 16 && b == 1 &&
+              parse_i64_pair("640X400", &a, &b, err) == 0 && b == 400 &&
+              parse_i64_pair("8x2x", &a, &b, err) < 0 && parse_i64_pair("16", &a, &b, err) < 0,
+          "NxM pairs");
+    uint64_t u;
+    CHECK(parse_u64("0x1f", &u, err) == 0 && u == 31 && parse_u64("+5", &u, err) == 0 && u == 5 &&
+              parse_u64("-5", &u, err) < 0 && parse_u64("99999999999999999999", &u, err) < 0,
+          "u64: hex, sign, range");
     char d[32];
     parse_duration_format(1800 * NS_PER_S, d, sizeof d);
     CHECK(!strcmp(d, "30m"), "1800 s is 30m");

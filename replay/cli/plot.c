@@ -8,6 +8,7 @@
 #include "replay/cli/cli.h"
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
+#include "traces/base/parse.h"
 
 struct plot_cmd_opts {
     struct plot_opts o;
@@ -19,15 +20,8 @@ static void plot_init(void *opts) { plot_opts_init(&((struct plot_cmd_opts *)opt
 static int parse_size(const char *name, const char *v, void *group, char *err)
 {
     struct plot_cmd_opts *p = group;
-    char *x;
-    long w = strtol(v, &x, 10), h = 0;
-    bool ok = x != v && (*x == 'x' || *x == 'X');
-    if (ok) {
-        char *end;
-        h = strtol(x + 1, &end, 10);
-        ok = x[1] && !*end;
-    }
-    if (!ok || w < 200 || h < 150 || w > 10000 || h > 10000)
+    int64_t w, h;
+    if (parse_i64_pair(v, &w, &h, NULL) || w < 200 || h < 150 || w > 10000 || h > 10000)
         return err_set(err, "%s '%s': use WxH in pixels, e.g. 1200x750 (200x150 to 10000x10000)",
                        name, v);
     p->o.width_px = (int)w;

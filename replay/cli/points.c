@@ -13,6 +13,7 @@
 #include "replay/results.h"
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
+#include "traces/base/parse.h"
 #include "traces/base/time_ns.h"
 
 void points_init(struct points_opts *o)
@@ -51,15 +52,13 @@ static int parse_layouts(const char *name, const char *v, void *group, char *err
     snprintf(buf, sizeof buf, "%s", v);
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int a, b;
-        char x, tail;
-        if (sscanf(t, "%d%c%d%c", &a, &x, &b, &tail) != 3 || (x != 'x' && x != 'X') || a < 1 ||
-            b < 1)
+        int64_t a, b;
+        if (parse_i64_pair(t, &a, &b, NULL) || a < 1 || b < 1 || a > 1 << 20 || b > 1 << 20)
             return err_set(err, "%s '%s': bad layout '%s' (TPxREPLICAS, e.g. 16x1,8x2)", name, v, t);
         if (n == GRID_LAYOUTS)
             return err_set(err, "%s '%s': more than %d layouts", name, v, GRID_LAYOUTS);
-        tp[n] = a;
-        rep[n++] = b;
+        tp[n] = (int)a;
+        rep[n++] = (int)b;
     }
     if (!n)
         return err_set(err, "%s '%s': no layout", name, v);

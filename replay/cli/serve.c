@@ -12,6 +12,7 @@
 #include "replay/cli/cli.h"
 #include "replay/run.h"
 #include "traces/base/err.h"
+#include "traces/base/parse.h"
 
 struct serve_opts {
     struct openai_config cfg;
@@ -34,9 +35,8 @@ static int parse_listen(const char *name, const char *v, void *group, char *err)
     const char *colon = strrchr(v, ':');
     if (!colon || (size_t)(colon - v) >= sizeof o->host)
         return err_set(err, "%s '%s': expected HOST:PORT", name, v);
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || p < 0 || p > 65535)
+    int64_t p;
+    if (parse_i64(colon + 1, &p, NULL) || p < 0 || p > 65535)
         return err_set(err, "%s '%s': the port must be 0 to 65535", name, v);
     memcpy(o->host, v, (size_t)(colon - v));
     o->host[colon - v] = 0;

@@ -23,6 +23,19 @@ int parse_i64(const char *s, int64_t *v, char *err)
     return 0;
 }
 
+int parse_i64_pair(const char *s, int64_t *a, int64_t *b, char *err)
+{
+    const char *x = strpbrk(s, "xX");
+    char first[32];
+    if (!x || (size_t)(x - s) >= sizeof first)
+        return err_set(err, "not two integers joined by x");
+    memcpy(first, s, (size_t)(x - s));
+    first[x - s] = 0;
+    if (parse_i64(first, a, NULL) || parse_i64(x + 1, b, NULL))
+        return err_set(err, "not two integers joined by x");
+    return 0;
+}
+
 int parse_u64(const char *s, uint64_t *v, char *err)
 {
     const char *p = s;

@@ -11,6 +11,8 @@
 
 /* A decimal integer (an optional sign; leading blanks as strtoll). */
 int parse_i64(const char *s, int64_t *v, char *err);
+/* Two decimal integers joined by 'x' or 'X' ("16x1", "1200x750"). */
+int parse_i64_pair(const char *s, int64_t *a, int64_t *b, char *err);
 /* A non-negative integer, decimal or 0x hexadecimal. */
 int parse_u64(const char *s, uint64_t *v, char *err);
 /* A finite number (strtod: 1.5, 1e3, 0x1p4). */
