@@ -85,8 +85,9 @@ const struct flag trace_read_flags[] = {
 
 #define RO struct run_opts
 const struct flag run_flags[] = {
-    {"--trace", 0, FLAG_STR, FLAG_AT(RO, trace), "PATH", "trace file or folder",
-     .def = "traces/samples, built in"},
+    {"--trace", 0, FLAG_STR, FLAG_AT(RO, trace), "PATH",
+     "trace file or folder (sim, sweep, plan, demo:\nthe built-in sample when not given)",
+     .def = NULL},
     {"--slo", 0, FLAG_CUSTOM, FLAG_AT(RO, slo), "TERM=V,...",
      "objectives: ttft=MS,tpot=MS,e2el=MS per request\n(goodput); interactivity_pXX=TOK_S,\n"
      "ttft_pXX_ms=MS, tpot_pXX_ms, e2el_pXX_ms on the\nrun's percentiles (plan); XX: 50 75 90 95 99",

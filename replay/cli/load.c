@@ -44,6 +44,7 @@ struct load_opts {
     double lag_threshold_ms;
     char metrics_url[600];
     int gpus, tp;
+    bool url_given;
 };
 
 static void load_init(void *opts)
@@ -66,7 +67,8 @@ static const struct flag_choice prompt_mode_names[] = {
 #define O struct load_opts
 static const struct flag load_flags[] = {
     {"--url", 0, FLAG_BUF, FLAG_AT(O, hc.url), "URL",
-     "base URL (http:// or https://), e.g.\nhttp://127.0.0.1:8000 (required)", .def = NULL},
+     "base URL (http:// or https://), e.g.\nhttp://127.0.0.1:8000 (required)", .def = "",
+     .seen = FLAG_SEEN(O, url_given)},
     {"--endpoint", 0, FLAG_CHOICE, FLAG_AT(O, hc.endpoint), NULL, "the API called",
      .choices = endpoint_names},
     {"--prompt-mode", 0, FLAG_CHOICE, FLAG_AT(O, hc.prompt_mode), NULL,
@@ -291,7 +293,7 @@ int load_cmd(int argc, char **argv)
     if (rc >= 0)
         return rc;
     struct http_target_config *hc = &o.hc;
-    if (!hc->url[0] || !o.run.trace || !o.run.out)
+    if (!o.url_given || !o.run.trace || !o.run.out)
         return cli_bad("load", "--url, --trace and -o are required (see --help)");
     if (o.run.slo.n_objectives)
         return cli_bad("load", "--slo: percentile objectives are plan's; load takes per-request "
