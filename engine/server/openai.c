@@ -1,11 +1,9 @@
 /* openai.c: the OpenAI-compatible API over a simulated target (openai.h):
  * request parsing, the server-sent events, /metrics, faults and the
  * backend's construction. */
-#define _GNU_SOURCE
 #include "engine/server/openai.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
