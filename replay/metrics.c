@@ -3,12 +3,15 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
 #include "traces/base/hash.h"
+#include "traces/base/parse.h"
+#include "traces/base/stats.h"
 
 void dvec_push(struct dvec *d, double x)
 {
@@ -25,32 +28,71 @@ void dvec_free(struct dvec *d)
     memset(d, 0, sizeof *d);
 }
 
+/* One term "NAME=VALUE" (NUL-terminated, NAME at t, VALUE at v). */
+static int slo_term(char *t, const char *v, struct metrics_slo *slo, char *err)
+{
+    double x;
+    if (parse_double(v, &x, NULL) || !(x > 0))
+        return err_set(err, "%s: '%s' is not a number > 0", t, v);
+    if (!strcmp(t, "ttft")) {
+        slo->ttft_ms = x;
+        return 0;
+    }
+    if (!strcmp(t, "tpot")) {
+        slo->tpot_ms = x;
+        return 0;
+    }
+    if (!strcmp(t, "e2el")) {
+        slo->e2el_ms = x;
+        return 0;
+    }
+    int pct;
+    char metric[32], tail[16] = "";
+    if (sscanf(t, "%31[a-z2]_p%d%15s", metric, &pct, tail) < 2 ||
+        (pct != 50 && pct != 75 && pct != 90 && pct != 95 && pct != 99))
+        return err_set(err, "unknown term '%s' (ttft, tpot, e2el in ms per request; "
+                            "interactivity_pXX, ttft_pXX_ms, tpot_pXX_ms, e2el_pXX_ms with "
+                            "XX in 50, 75, 90, 95, 99)", t);
+    if (slo->n_objectives == METRICS_SLO_OBJECTIVES)
+        return err_set(err, "more than %d percentile objectives", METRICS_SLO_OBJECTIVES);
+    struct metrics_objective *o = &slo->objectives[slo->n_objectives];
+    if (!strcmp(metric, "interactivity") && !tail[0]) {
+        snprintf(o->path, sizeof o->path, "metrics.interactivity_tok_s.p%d", pct);
+        o->at_least = true;
+    } else if ((!strcmp(metric, "ttft") || !strcmp(metric, "tpot") || !strcmp(metric, "e2el")) &&
+               !strcmp(tail, "_ms")) {
+        snprintf(o->path, sizeof o->path, "metrics.%s_ms.p%d", metric, pct);
+        o->at_least = false;
+    } else {
+        return err_set(err, "unknown term '%s' (interactivity_pXX, ttft_pXX_ms, tpot_pXX_ms, "
+                            "e2el_pXX_ms)", t);
+    }
+    snprintf(o->name, sizeof o->name, "%s", t);
+    o->limit = x;
+    slo->n_objectives++;
+    return 0;
+}
+
 int metrics_slo_parse(const char *s, struct metrics_slo *slo, char *err)
 {
     memset(slo, 0, sizeof *slo);
-    char buf[256];
-    if (!s || !*s || strlen(s) >= sizeof buf)
-        return err_set(err, "bad --slo '%s' (want ttft=MS,tpot=MS,e2el=MS)", s ? s : "");
+    char buf[512];
+    if (!s || !*s)
+        return err_set(err, "empty (want e.g. ttft=500,tpot=50 or interactivity_p90=100)");
+    if (strlen(s) >= sizeof buf)
+        return err_set(err, "longer than %zu characters", sizeof buf - 1);
     strcpy(buf, s);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq)
-            return err_set(err, "bad --slo item '%s' (want NAME=MS)", tok);
+            return err_set(err, "'%s': want NAME=VALUE", tok);
         *eq = 0;
-        char *end;
-        double v = strtod(eq + 1, &end);
-        if (end == eq + 1 || *end || !(v > 0) || !isfinite(v))
-            return err_set(err, "bad --slo value '%s' for %s (want milliseconds > 0)", eq + 1, tok);
-        if (!strcmp(tok, "ttft"))
-            slo->ttft_ms = v;
-        else if (!strcmp(tok, "tpot"))
-            slo->tpot_ms = v;
-        else if (!strcmp(tok, "e2el"))
-            slo->e2el_ms = v;
-        else
-            return err_set(err, "unknown --slo metric '%s' (ttft, tpot, e2el)", tok);
+        if (slo_term(tok, eq + 1, slo, err))
+            return -1;
     }
+    if (!metrics_slo_set(slo) && !slo->n_objectives)
+        return err_set(err, "no term (want e.g. ttft=500,tpot=50 or interactivity_p90=100)");
     return 0;
 }
 
@@ -149,28 +191,6 @@ void metrics_add(struct metrics *m, const struct replay_record *r)
         m->max_end_ns = r->end_ns;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double metrics_percentile_sorted(const double *v, size_t n, double p)
-{
-    if (!n)
-        return 0;
-    if (p <= 0)
-        return v[0];
-    if (p >= 1)
-        return v[n - 1];
-    double k = (double)(n - 1) * p;
-    size_t lo = (size_t)k;
-    double frac = k - (double)lo;
-    if (lo + 1 >= n)
-        return v[n - 1];
-    return v[lo] + (v[lo + 1] - v[lo]) * frac;
-}
-
 void metrics_stat_compute(double *v, size_t n, struct metrics_stat *s)
 {
     memset(s, 0, sizeof *s);
@@ -181,17 +201,17 @@ void metrics_stat_compute(double *v, size_t n, struct metrics_stat *s)
     n = k;
     if (!n)
         return;
-    qsort(v, n, sizeof *v, cmp_double);
+    stats_sort(v, n);
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += v[i];
     s->n = n;
     s->mean = sum / (double)n;
-    s->p50 = metrics_percentile_sorted(v, n, 0.50);
-    s->p75 = metrics_percentile_sorted(v, n, 0.75);
-    s->p90 = metrics_percentile_sorted(v, n, 0.90);
-    s->p95 = metrics_percentile_sorted(v, n, 0.95);
-    s->p99 = metrics_percentile_sorted(v, n, 0.99);
+    s->p50 = stats_percentile_sorted(v, n, 0.50);
+    s->p75 = stats_percentile_sorted(v, n, 0.75);
+    s->p90 = stats_percentile_sorted(v, n, 0.90);
+    s->p95 = stats_percentile_sorted(v, n, 0.95);
+    s->p99 = stats_percentile_sorted(v, n, 0.99);
 }
 
 static void stat_of(const struct dvec *d, struct metrics_stat *s)

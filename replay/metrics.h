@@ -27,11 +27,29 @@ struct metrics_stat {
     uint64_t n;                  /* values; all fields 0 when n == 0 */
 };
 
-/* Service-level objectives for goodput; a limit <= 0 is not set. */
+/* One objective on a run's statistics (plan): a percentile of a metric at
+ * least (interactivity) or at most (latencies) a limit. */
+struct metrics_objective {
+    char name[48];               /* as given: "interactivity_p90", "ttft_p90_ms" */
+    char path[64];               /* its number in run.json: "metrics.ttft_ms.p90" */
+    double limit;
+    bool at_least;               /* >= limit (interactivity); else <= limit */
+};
+#define METRICS_SLO_OBJECTIVES 8
+
+/* Service-level objectives: per-request limits for goodput (a limit <= 0
+ * is not set) and objectives on percentiles of the run (plan). */
 struct metrics_slo {
     double ttft_ms, tpot_ms, e2el_ms;
+    int n_objectives;
+    struct metrics_objective objectives[METRICS_SLO_OBJECTIVES];
 };
-/* Parses "ttft=MS,tpot=MS,e2el=MS" (any subset, any order). */
+/* The one SLO grammar: comma-separated NAME=VALUE terms (VALUE > 0),
+ *   ttft=MS, tpot=MS, e2el=MS          per request (goodput)
+ *   interactivity_pXX=TOK_S             percentile XX of the run, at least
+ *   ttft_pXX_ms=MS, tpot_pXX_ms=MS,
+ *   e2el_pXX_ms=MS                      percentile XX of the run, at most
+ * with XX one of 50, 75, 90, 95, 99. Replaces *slo. */
 int metrics_slo_parse(const char *s, struct metrics_slo *slo, char *err);
 static inline bool metrics_slo_set(const struct metrics_slo *s)
 {
@@ -90,10 +108,9 @@ void metrics_summarize(const struct metrics *m, int gpus, const struct metrics_s
 /* The "metrics" object of run.json (json_t*, caller owns). */
 void *metrics_summary_json(const struct metrics_summary *s);
 
-/* Exact statistics of v[0..n) (sorted in place; NaNs skipped). */
+/* Exact statistics of v[0..n) (sorted in place; NaNs skipped; all zero
+ * when no value is left); percentiles as traces/base/stats.h. */
 void metrics_stat_compute(double *v, size_t n, struct metrics_stat *s);
-/* Percentile p in [0,1] of sorted v by linear interpolation. */
-double metrics_percentile_sorted(const double *v, size_t n, double p);
 void dvec_push(struct dvec *d, double x);
 void dvec_free(struct dvec *d);
 

@@ -1,15 +1,14 @@
 /* replay_config.c: the replayer's configuration (replay.h): AgentX
- * defaults, the replay flags every command shares, and run.json's
+ * defaults, the replay flag table every command shares, and run.json's
  * "config.replay". */
-#include <errno.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "replay/replay.h"
+#include "replay/replay_flags.h"
 #include "traces/base/err.h"
+#include "traces/base/flags.h"
 #include "traces/base/parse.h"
 #include "traces/base/time_ns.h"
 
@@ -42,35 +41,6 @@ void replay_config_defaults(struct replay_config *c)
     c->chunk_times = false;
 }
 
-const char replay_flags_help[] =
-    "replay (AgentX defaults):\n"
-    "  --concurrency N        live session trees (closed: lanes) [8]\n"
-    "  --duration S           no call starts after S (1800, 90s, 30m) [1800]\n"
-    "  --grace S              in-flight calls finish up to S after, then are\n"
-    "                         cancelled; 'none' waits for all [300]\n"
-    "  --seed N               [1]\n"
-    "  --idle-cap S           cap on think times and subagent gaps; 'none' [10]\n"
-    "  --mode sessions|closed|timestamp   [sessions]\n"
-    "  --arrival poisson:RATE | gamma:RATE:CV   open-loop calls per second\n"
-    "  --time-scale X         timestamp mode: recorded times x X [1]\n"
-    "  --max-model-len N      calls over it are not sent, counted as overflow\n"
-    "  --overflow-limit F     overflow fraction that invalidates a run [0.01]\n"
-    "  --min-duration S       measured traffic a valid run needs [900]\n"
-    "  --no-warm-start        lanes start at their traces' first call\n"
-    "  --no-warmup-call       do not send the call before the start point\n"
-    "  --keep-early-subagents do not skip subagents forked before the start\n"
-    "  --no-recycle           a lane whose trace ends stays idle\n"
-    "  --no-cache-isolation   instances of the same trace share cache\n"
-    "  --no-subagents         replay root sessions only\n"
-    "  --no-join              never wait for subagents\n"
-    "  --join-subagents       parents wait for every subagent (the public\n"
-    "                         traces' subagents end before the parent's\n"
-    "                         next call; traces/FORMAT.md)\n"
-    "  --think start-to-start recorded start-to-start gaps instead\n"
-    "  --measure normal       measure only calls of type n\n"
-    "  --honour-eos           do not ask to ignore end-of-sequence\n"
-    "  --chunk-times          write chunk times into requests.jsonl\n";
-
 const char *replay_mode_name(enum replay_mode m)
 {
     switch (m) {
@@ -83,168 +53,126 @@ const char *replay_mode_name(enum replay_mode m)
     return "?";
 }
 
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *v)
+/* --mode and --arrival choose the mode; both given must agree. */
+static int set_mode(struct replay_config *c, enum replay_mode m, const char *name,
+                    const char *v, char *err)
 {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end || errno || x < lo || x > hi)
-        return -1;
-    *v = x;
+    if (c->mode_flag[0] && c->mode != m)
+        return err_set(err, "conflicting modes: %s and %s %s", c->mode_flag, name, v);
+    c->mode = m;
+    snprintf(c->mode_flag, sizeof c->mode_flag, "%s", name);
     return 0;
 }
 
-static int parse_double(const char *s, double *v)
+static int parse_mode(const char *name, const char *v, void *group, char *err)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(x))
-        return -1;
-    *v = x;
-    return 0;
+    struct replay_config *c = group;
+    if (!strcmp(v, "sessions"))
+        return set_mode(c, REPLAY_MODE_SESSIONS, name, v, err);
+    if (!strcmp(v, "closed"))
+        return set_mode(c, REPLAY_MODE_CLOSED, name, v, err);
+    if (!strcmp(v, "timestamp"))
+        return set_mode(c, REPLAY_MODE_TIMESTAMP, name, v, err);
+    return err_set(err, "%s '%s': expected sessions, closed or timestamp", name, v);
 }
 
+static int parse_arrival(const char *name, const char *v, void *group, char *err)
+{
+    struct replay_config *c = group;
+    char buf[128], e2[ERR_LEN];
+    double d;
+    if (strlen(v) >= sizeof buf)
+        return err_set(err, "%s: a value longer than %zu characters", name, sizeof buf - 1);
+    snprintf(buf, sizeof buf, "%s", v);
+    char *p1 = strchr(buf, ':');
+    if (!p1)
+        return err_set(err, "%s '%s': expected poisson:RATE or gamma:RATE:CV", name, v);
+    *p1++ = 0;
+    char *p2 = strchr(p1, ':');
+    if (p2)
+        *p2++ = 0;
+    if (parse_double(p1, &d, e2) || !(d > 0))
+        return err_set(err, "%s '%s': rate '%s': calls per second > 0", name, v, p1);
+    c->rate = d;
+    if (!strcmp(buf, "poisson") && !p2)
+        return set_mode(c, REPLAY_MODE_POISSON, name, v, err);
+    if (!strcmp(buf, "gamma") && p2) {
+        if (parse_double(p2, &d, e2) || !(d > 0))
+            return err_set(err, "%s '%s': CV '%s': a number > 0", name, v, p2);
+        c->gamma_cv = d;
+        return set_mode(c, REPLAY_MODE_GAMMA, name, v, err);
+    }
+    return err_set(err, "%s '%s': expected poisson:RATE or gamma:RATE:CV", name, v);
+}
+
+static const struct flag_choice think_names[] = {
+    {"end-to-start", 1, false}, {"start-to-start", 0, false}, {NULL, 0, false}};
+static const struct flag_choice measure_names[] = {
+    {"all", 1, false}, {"normal", 0, false}, {NULL, 0, false}};
+
+/* The replay flags every replaying command shares (traces/base/flags.h). */
+#define RC struct replay_config
+const struct flag replay_flags[] = {
+    {"--concurrency", 0, FLAG_INT, FLAG_AT(RC, concurrency), NULL,
+     "live session trees (closed: lanes)", .min = 1, .max = 1000000,
+     .seen = FLAG_SEEN(RC, concurrency_set)},
+    {"--duration", 0, FLAG_DURATION, FLAG_AT(RC, duration_ns), NULL,
+     "no call starts after S (1800, 90s, 30m)", .min = 0, .max = INT64_C(1000000000) * NS_PER_S,
+     .opts = FLAG_OPEN_MIN},
+    {"--grace", 0, FLAG_DURATION, FLAG_AT(RC, grace_ns), NULL,
+     "in-flight calls finish up to S after, then are\ncancelled; none: wait for all",
+     .min = 0, .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_NONE},
+    {"--seed", 0, FLAG_U64, FLAG_AT(RC, seed), NULL, "random seed", .def = NULL},
+    {"--idle-cap", 0, FLAG_DURATION, FLAG_AT(RC, idle_cap_ns), NULL,
+     "cap on think times and subagent gaps", .min = 0,
+     .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_NONE},
+    {"--mode", 0, FLAG_CUSTOM, FLAG_AT(RC, mode), "sessions|closed|timestamp",
+     "how calls are scheduled", .def = "sessions", .parse = parse_mode, .example = "closed"},
+    {"--arrival", 0, FLAG_CUSTOM, FLAG_AT(RC, rate), "poisson:RATE|gamma:RATE:CV",
+     "open-loop calls per second (mode poisson or gamma)", .parse = parse_arrival,
+     .example = "poisson:2.5"},
+    {"--time-scale", 0, FLAG_DOUBLE, FLAG_AT(RC, time_scale), "X",
+     "timestamp mode: recorded times x X", .fmin = 0, .fmax = 1e9, .opts = FLAG_OPEN_MIN},
+    {"--max-model-len", 0, FLAG_INT64, FLAG_AT(RC, max_model_len), NULL,
+     "calls longer are not sent, counted as overflow\n(0: no limit; sim: also the engine's)",
+     .min = 0, .max = INT64_MAX},
+    {"--overflow-limit", 0, FLAG_DOUBLE, FLAG_AT(RC, overflow_limit), "F",
+     "overflow fraction that invalidates a run", .fmin = 0, .fmax = 1},
+    {"--min-duration", 0, FLAG_DURATION, FLAG_AT(RC, min_measured_ns), NULL,
+     "measured traffic a valid run needs", .min = 0, .max = INT64_C(1000000000) * NS_PER_S},
+    {"--no-warm-start", 0, FLAG_BOOL, FLAG_AT(RC, warm_start), NULL,
+     "lanes start at their traces' first call", .value = false},
+    {"--no-warmup-call", 0, FLAG_BOOL, FLAG_AT(RC, warmup_call), NULL,
+     "do not send the call before the start point", .value = false},
+    {"--keep-early-subagents", 0, FLAG_BOOL, FLAG_AT(RC, skip_early_subagents), NULL,
+     "do not skip subagents forked before the start", .value = false},
+    {"--no-recycle", 0, FLAG_BOOL, FLAG_AT(RC, recycle), NULL,
+     "a lane whose trace ends stays idle", .value = false},
+    {"--no-cache-isolation", 0, FLAG_BOOL, FLAG_AT(RC, cache_isolation), NULL,
+     "instances of the same trace share cache", .value = false},
+    {"--no-subagents", 0, FLAG_BOOL, FLAG_AT(RC, subagents), NULL, "replay root sessions only",
+     .value = false},
+    {"--no-join", 0, FLAG_BOOL, FLAG_AT(RC, honour_join), NULL, "never wait for subagents",
+     .value = false},
+    {"--join-subagents", 0, FLAG_BOOL, FLAG_AT(RC, join_all), NULL,
+     "parents wait for every subagent (the public\ntraces' subagents end before the parent's\n"
+     "next call; traces/FORMAT.md)", .value = true},
+    {"--think", 0, FLAG_CHOICE, FLAG_AT(RC, think_end_to_start), NULL,
+     "think time: recorded end-to-start gaps, or\nstart-to-start", .choices = think_names},
+    {"--measure", 0, FLAG_CHOICE, FLAG_AT(RC, measure_all_types), NULL,
+     "measure every call type, or only type n", .choices = measure_names},
+    {"--honour-eos", 0, FLAG_BOOL, FLAG_AT(RC, ignore_eos), NULL,
+     "do not ask to ignore end-of-sequence", .value = false},
+    {"--chunk-times", 0, FLAG_BOOL, FLAG_AT(RC, chunk_times), NULL,
+     "write chunk times into requests.jsonl", .value = true},
+    FLAG_END,
+};
+#undef RC
+
+/* One replay flag at argv[*i] (the replayer's tests' entry point). */
 int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, char *err)
 {
-    const char *f = argv[*i];
-    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    int64_t n;
-    double d;
-    enum replay_mode mode_before = c->mode;
-#define NEED_VALUE()                                                        \
-    do {                                                                    \
-        if (!v)                                                             \
-            return err_set(err, "%s needs a value", f);                     \
-        (*i)++;                                                             \
-    } while (0)
-    if (!strcmp(f, "--concurrency")) {
-        NEED_VALUE();
-        if (parse_int(v, 1, 1000000, &n))
-            return err_set(err, "bad --concurrency '%s' (want an integer >= 1)", v);
-        c->concurrency = (int)n;
-        c->concurrency_set = true;
-    } else if (!strcmp(f, "--duration")) {
-        NEED_VALUE();
-        if (parse_duration(v, &c->duration_ns, err) || c->duration_ns <= 0)
-            return err_set(err, "bad --duration '%s' (want e.g. 1800, 90s, 30m; > 0)", v);
-    } else if (!strcmp(f, "--grace")) {
-        NEED_VALUE();
-        if (!strcmp(v, "none"))
-            c->grace_ns = -1;
-        else if (parse_duration(v, &c->grace_ns, err))
-            return -1;
-    } else if (!strcmp(f, "--idle-cap")) {
-        NEED_VALUE();
-        if (!strcmp(v, "none"))
-            c->idle_cap_ns = -1;
-        else if (parse_duration(v, &c->idle_cap_ns, err))
-            return -1;
-    } else if (!strcmp(f, "--min-duration")) {
-        NEED_VALUE();
-        if (parse_duration(v, &c->min_measured_ns, err))
-            return -1;
-    } else if (!strcmp(f, "--seed")) {
-        NEED_VALUE();
-        if (parse_int(v, 0, INT64_MAX, &n))
-            return err_set(err, "bad --seed '%s' (want an integer >= 0)", v);
-        c->seed = (uint64_t)n;
-    } else if (!strcmp(f, "--mode")) {
-        NEED_VALUE();
-        if (!strcmp(v, "sessions"))
-            c->mode = REPLAY_MODE_SESSIONS;
-        else if (!strcmp(v, "closed"))
-            c->mode = REPLAY_MODE_CLOSED;
-        else if (!strcmp(v, "timestamp"))
-            c->mode = REPLAY_MODE_TIMESTAMP;
-        else
-            return err_set(err, "bad --mode '%s' (sessions, closed, timestamp)", v);
-    } else if (!strcmp(f, "--arrival")) {
-        NEED_VALUE();
-        char buf[128];
-        snprintf(buf, sizeof buf, "%s", v);
-        char *p1 = strchr(buf, ':');
-        if (!p1)
-            return err_set(err, "bad --arrival '%s' (poisson:RATE or gamma:RATE:CV)", v);
-        *p1++ = 0;
-        char *p2 = strchr(p1, ':');
-        if (p2)
-            *p2++ = 0;
-        if (parse_double(p1, &d) || !(d > 0))
-            return err_set(err, "bad --arrival rate '%s' (calls per second > 0)", p1);
-        c->rate = d;
-        if (!strcmp(buf, "poisson") && !p2) {
-            c->mode = REPLAY_MODE_POISSON;
-        } else if (!strcmp(buf, "gamma") && p2) {
-            if (parse_double(p2, &d) || !(d > 0))
-                return err_set(err, "bad --arrival gamma CV '%s' (> 0)", p2);
-            c->gamma_cv = d;
-            c->mode = REPLAY_MODE_GAMMA;
-        } else {
-            return err_set(err, "bad --arrival '%s' (poisson:RATE or gamma:RATE:CV)", v);
-        }
-    } else if (!strcmp(f, "--time-scale")) {
-        NEED_VALUE();
-        if (parse_double(v, &d) || !(d > 0))
-            return err_set(err, "bad --time-scale '%s' (> 0)", v);
-        c->time_scale = d;
-    } else if (!strcmp(f, "--max-model-len")) {
-        NEED_VALUE();
-        if (parse_int(v, 0, INT64_MAX, &n))
-            return err_set(err, "bad --max-model-len '%s'", v);
-        c->max_model_len = n;
-    } else if (!strcmp(f, "--overflow-limit")) {
-        NEED_VALUE();
-        if (parse_double(v, &d) || d < 0 || d > 1)
-            return err_set(err, "bad --overflow-limit '%s' (0..1)", v);
-        c->overflow_limit = d;
-    } else if (!strcmp(f, "--think")) {
-        NEED_VALUE();
-        if (!strcmp(v, "end-to-start"))
-            c->think_end_to_start = true;
-        else if (!strcmp(v, "start-to-start"))
-            c->think_end_to_start = false;
-        else
-            return err_set(err, "bad --think '%s' (end-to-start, start-to-start)", v);
-    } else if (!strcmp(f, "--measure")) {
-        NEED_VALUE();
-        if (!strcmp(v, "all"))
-            c->measure_all_types = true;
-        else if (!strcmp(v, "normal"))
-            c->measure_all_types = false;
-        else
-            return err_set(err, "bad --measure '%s' (all, normal)", v);
-    } else if (!strcmp(f, "--no-warm-start")) {
-        c->warm_start = false;
-    } else if (!strcmp(f, "--no-warmup-call")) {
-        c->warmup_call = false;
-    } else if (!strcmp(f, "--keep-early-subagents")) {
-        c->skip_early_subagents = false;
-    } else if (!strcmp(f, "--no-recycle")) {
-        c->recycle = false;
-    } else if (!strcmp(f, "--no-cache-isolation")) {
-        c->cache_isolation = false;
-    } else if (!strcmp(f, "--no-subagents")) {
-        c->subagents = false;
-    } else if (!strcmp(f, "--no-join")) {
-        c->honour_join = false;
-    } else if (!strcmp(f, "--join-subagents")) {
-        c->join_all = true;
-    } else if (!strcmp(f, "--honour-eos")) {
-        c->ignore_eos = false;
-    } else if (!strcmp(f, "--chunk-times")) {
-        c->chunk_times = true;
-    } else {
-        return 0;
-    }
-#undef NEED_VALUE
-    if (!strcmp(f, "--mode") || !strcmp(f, "--arrival")) {
-        if (c->mode_flag[0] && c->mode != mode_before)
-            return err_set(err, "conflicting modes: %s and %s %s", c->mode_flag, f, v);
-        snprintf(c->mode_flag, sizeof c->mode_flag, "%s", f);
-    }
-    (*i)++;
-    return 1;
+    return flags_parse_one(replay_flags, c, argc, argv, i, err);
 }
 
 void *replay_config_json(const struct replay_config *c)
@@ -276,6 +204,3 @@ void *replay_config_json(const struct replay_config *c)
     json_object_set_new(o, "tick_s", json_real((double)c->tick_ns / 1e9));
     return o;
 }
-
-/* ---------------------------------------------------------------------- */
-/* Trace access. */

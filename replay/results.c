@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "traces/base/err.h"
+#include "traces/base/file.h"
+#include "traces/base/stats.h"
 
 static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
 
@@ -85,23 +87,6 @@ int results_write_json(const char *dir, const char *name, const void *json, char
     return 0;
 }
 
-static int mkdir_p(const char *dir)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST)
-        return -1;
-    return 0;
-}
-
 int results_prepare_dir(const char *dir, bool force, char *err)
 {
     struct stat st;
@@ -120,8 +105,9 @@ int results_prepare_dir(const char *dir, bool force, char *err)
             return err_set(err, "%s exists; not overwriting it without --force", dir);
         return 0;
     }
-    if (mkdir_p(dir))
-        return err_set(err, "cannot create %s: %s", dir, strerror(errno));
+    char e2[ERR_LEN];
+    if (file_mkdir_p(dir, e2))
+        return err_set(err, "cannot create %s: %s", dir, e2);
     return 0;
 }
 
@@ -279,15 +265,5 @@ int results_write_summary(const char *dir, const struct run_info *ri,
 
 double results_t975(int df)
 {
-    static const double t[] = {0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
-                               2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110,
-                               2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-                               2.052, 2.048, 2.045, 2.042};
-    if (df < 1)
-        return NAN;
-    if (df < (int)ARRAY_LEN(t))
-        return t[df];
-    if (df <= 60)
-        return 2.000 + (2.042 - 2.000) * (60 - df) / 30.0;
-    return 1.960;
+    return stats_t975(df);
 }

@@ -71,7 +71,8 @@ const char *results_str(const void *json, const char *path);
 void results_table_header(FILE *f);
 void results_table_row(FILE *f, const void *run);
 
-/* 97.5 % quantile of Student's t with df degrees of freedom. */
+/* stats_t975 (traces/base/stats.h), kept for tests/test_replay.c until it
+ * calls that directly. */
 double results_t975(int df);
 
 #endif

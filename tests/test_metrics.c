@@ -4,6 +4,7 @@
  * interactivity, throughput per GPU, hit rate, goodput, exclusions. */
 #include <jansson.h>
 #include <math.h>
+#include <string.h>
 
 #include "replay/metrics.h"
 #include "tests/testhelp.h"
@@ -112,10 +113,30 @@ int main(void)
           "empty run: zeros, no SLO");
     metrics_free(&m);
 
-    /* Percentile edge cases like numpy. */
+    /* Percentile edge cases like numpy; an empty set is all zeros. */
+    struct metrics_stat st;
     double one[] = {5};
-    CHECK(metrics_percentile_sorted(one, 1, 0.9) == 5, "one value");
-    double two[] = {1, 3};
-    CHECK_NEAR(metrics_percentile_sorted(two, 2, 0.9), 2.8, 1e-12, "two values");
+    metrics_stat_compute(one, 1, &st);
+    CHECK(st.p90 == 5 && st.n == 1, "one value");
+    double two[] = {3, NAN, 1};
+    metrics_stat_compute(two, 3, &st);
+    CHECK_NEAR(st.p90, 2.8, 1e-12, "two values (NaN skipped)");
+    metrics_stat_compute(NULL, 0, &st);
+    CHECK(st.n == 0 && st.p90 == 0 && st.mean == 0, "empty: zeros");
+
+    /* The one SLO grammar: per-request limits and percentile objectives. */
+    CHECK(metrics_slo_parse("interactivity_p90=100,ttft_p90_ms=2000,e2el=9000", &slo, err) == 0 &&
+              slo.n_objectives == 2 && slo.e2el_ms == 9000 && slo.objectives[0].at_least &&
+              !strcmp(slo.objectives[0].path, "metrics.interactivity_tok_s.p90") &&
+              !slo.objectives[1].at_least && !strcmp(slo.objectives[1].path, "metrics.ttft_ms.p90") &&
+              slo.objectives[1].limit == 2000,
+          "plan's spellings and goodput limits in one --slo");
+    CHECK(metrics_slo_parse("tpot_p99_ms=40", &slo, err) == 0 && !metrics_slo_set(&slo) &&
+              slo.n_objectives == 1, "objectives alone are not goodput limits");
+    CHECK(metrics_slo_parse("interactivity_p80=100", &slo, err) < 0 && strstr(err, "interactivity_p80"),
+          "percentile 80 refused, named");
+    CHECK(metrics_slo_parse("ttft_p90=100", &slo, err) < 0, "a latency objective needs _ms");
+    CHECK(metrics_slo_parse("interactivity_p90=0", &slo, err) < 0, "a limit must be > 0");
+    CHECK(metrics_slo_parse("", &slo, err) < 0, "empty refused");
     return test_report();
 }

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "traces/base/err.h"
+#include "traces/base/list.h"
 #include "traces/base/mem.h"
 #include "traces/base/time_ns.h"
 
@@ -79,13 +80,12 @@ struct httpd_conn {
     int keep_alive;
     int close_after_flush;
     int closed;
-    int dirty;               /* stream chunks queued, to be written by the
-                                flush timer (on the server's dirty list) */
     int depth;               /* nesting of entry points (drain) */
     void (*on_close)(void *ctx);
     void *on_close_ctx;
-    struct httpd_conn *prev, *next;
-    struct httpd_conn *dprev, *dnext; /* the dirty list */
+    struct list_node node;   /* on the server's open list, then its graveyard */
+    struct list_node dnode;  /* on the dirty list: stream chunks queued, to be
+                                written by the flush timer */
 };
 
 struct httpd {
@@ -97,10 +97,10 @@ struct httpd {
     int port;
     struct loop_io lio;
     int lio_on;
-    struct httpd_conn *conns;       /* open connections */
-    struct httpd_conn *graveyard;   /* closed, to be freed */
+    struct list_node conns;         /* open connections, newest first */
+    struct list_node graveyard;     /* closed, to be freed */
     struct loop_timer reap_timer;
-    struct httpd_conn *dirty;       /* connections with chunks to write */
+    struct list_node dirty;         /* connections with chunks to write, newest first */
     struct loop_timer flush_timer;  /* writes them, due at once */
     http_parser_settings settings;
     struct httpd_stats st;
@@ -283,6 +283,7 @@ static int out_reserve(struct httpd_conn *c, size_t add)
  * rest (or all of it) to the queue. */
 static void flush(struct httpd_conn *c);
 static void dirty_unlink(struct httpd_conn *c);
+static inline bool is_dirty(const struct httpd_conn *c) { return list_linked(&c->dnode); }
 
 static void out_writev(struct httpd_conn *c, struct iovec *iov, int n)
 {
@@ -291,7 +292,7 @@ static void out_writev(struct httpd_conn *c, struct iovec *iov, int n)
     size_t total = 0, done = 0;
     for (int i = 0; i < n; i++)
         total += iov[i].iov_len;
-    if (c->dirty) {
+    if (is_dirty(c)) {
         /* Chunks wait in the queue for the flush timer: this goes after
          * them, and all of it is written now, in one write. */
         dirty_unlink(c);
@@ -340,25 +341,13 @@ static void out_write(struct httpd_conn *c, const char *d, size_t n)
     out_writev(c, &iov, 1);
 }
 
-static void dirty_unlink(struct httpd_conn *c)
-{
-    if (!c->dirty)
-        return;
-    if (c->dprev)
-        c->dprev->dnext = c->dnext;
-    else
-        c->s->dirty = c->dnext;
-    if (c->dnext)
-        c->dnext->dprev = c->dprev;
-    c->dprev = c->dnext = NULL;
-    c->dirty = 0;
-}
+static void dirty_unlink(struct httpd_conn *c) { list_remove(&c->dnode); }
 
 static void flush_cb(struct loop *l, struct loop_timer *t)
 {
     struct httpd *s = t->arg;
-    while (s->dirty) {
-        struct httpd_conn *c = s->dirty;
+    while (!list_empty(&s->dirty)) {
+        struct httpd_conn *c = LIST_ENTRY(list_first(&s->dirty), struct httpd_conn, dnode);
         dirty_unlink(c);
         flush(c);
         if (!c->closed)
@@ -385,17 +374,12 @@ static void out_queue(struct httpd_conn *c, struct iovec *iov, int n)
         memcpy(c->out + c->out_head + c->out_len, iov[i].iov_base, iov[i].iov_len);
         c->out_len += iov[i].iov_len;
     }
-    if (c->dirty)
+    if (is_dirty(c))
         return;
     if (c->io_on && (c->io.events & LOOP_WRITE))
         return; /* the socket is full: written when it is writable */
     struct httpd *s = c->s;
-    c->dirty = 1;
-    c->dprev = NULL;
-    c->dnext = s->dirty;
-    if (s->dirty)
-        s->dirty->dprev = c;
-    s->dirty = c;
+    list_push_front(&s->dirty, &c->dnode);
     if (!loop_timer_armed(&s->flush_timer))
         loop_at(s->loop, &s->flush_timer, loop_now(s->loop), flush_cb, s);
 }
@@ -449,9 +433,9 @@ static void conn_free(struct httpd_conn *c)
 
 static void reap_all(struct httpd *s)
 {
-    while (s->graveyard) {
-        struct httpd_conn *c = s->graveyard;
-        s->graveyard = c->next;
+    while (!list_empty(&s->graveyard)) {
+        struct httpd_conn *c = LIST_ENTRY(list_first(&s->graveyard), struct httpd_conn, node);
+        list_remove(&c->node);
         conn_free(c);
     }
 }
@@ -474,15 +458,8 @@ static void conn_close(struct httpd_conn *c)
         close(c->fd);
         c->fd = -1;
         /* Unlink and queue for freeing. */
-        if (c->prev)
-            c->prev->next = c->next;
-        else
-            s->conns = c->next;
-        if (c->next)
-            c->next->prev = c->prev;
-        c->prev = NULL;
-        c->next = s->graveyard;
-        s->graveyard = c;
+        list_remove(&c->node);
+        list_push_front(&s->graveyard, &c->node);
         if (!loop_timer_armed(&s->reap_timer))
             loop_at(s->loop, &s->reap_timer, loop_now(s->loop), reap_cb, s);
         s->st.conns_open--;
@@ -621,7 +598,7 @@ static void conn_update_io(struct httpd_conn *c)
     int ev = 0;
     if (!c->close_after_flush && c->pend_len < PEND_READ_LIMIT)
         ev |= LOOP_READ;
-    if (c->out_len && !c->dirty)
+    if (c->out_len && !is_dirty(c))
         ev |= LOOP_WRITE;
     if (c->io_on && ev == c->io.events)
         return;
@@ -674,6 +651,8 @@ static struct httpd_conn *conn_new(struct httpd *s, int fd)
     c->io.fd = fd;
     c->io.cb = conn_io_cb;
     c->io.arg = c;
+    list_node_init(&c->node);
+    list_node_init(&c->dnode);
     return c;
 }
 
@@ -692,10 +671,7 @@ static void accept_cb(struct loop *l, struct loop_io *io, int revents)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         struct httpd_conn *c = conn_new(s, fd);
-        c->next = s->conns;
-        if (s->conns)
-            s->conns->prev = c;
-        s->conns = c;
+        list_push_front(&s->conns, &c->node);
         s->st.conns_open++;
         s->st.conns_total++;
         arm_idle(c);
@@ -717,6 +693,9 @@ struct httpd *httpd_create(struct loop *l, const struct httpd_limits *lim,
     s->handler = h;
     s->arg = arg;
     s->lfd = -1;
+    list_init(&s->conns);
+    list_init(&s->graveyard);
+    list_init(&s->dirty);
     http_parser_settings_init(&s->settings);
     s->settings.on_message_begin = on_message_begin;
     s->settings.on_url = on_url;
@@ -769,10 +748,10 @@ void httpd_get_stats(const struct httpd *s, struct httpd_stats *st) { *st = s->s
 int httpd_verify(const struct httpd *s, char *err)
 {
     uint64_t n = 0;
-    const struct httpd_conn *prev = NULL;
-    for (const struct httpd_conn *c = s->conns; c; prev = c, c = c->next, n++) {
-        if (c->prev != prev)
-            return err_set(err, "connection %llu: broken back link", (unsigned long long)n);
+    for (const struct list_node *ln = s->conns.next; ln != &s->conns; ln = ln->next, n++) {
+        const struct httpd_conn *c = LIST_ENTRY(ln, struct httpd_conn, node);
+        if (ln->next->prev != ln || ln->prev->next != ln)
+            return err_set(err, "connection %llu: broken link", (unsigned long long)n);
         if (c->closed || c->mem || c->fd < 0)
             return err_set(err, "connection %llu: closed or in-memory on the open list",
                            (unsigned long long)n);
@@ -792,17 +771,17 @@ int httpd_verify(const struct httpd *s, char *err)
     if (n != s->st.conns_open)
         return err_set(err, "%llu connections listed, %llu counted open", (unsigned long long)n,
                        (unsigned long long)s->st.conns_open);
-    for (const struct httpd_conn *c = s->graveyard; c; c = c->next)
-        if (!c->closed)
+    LIST_FOR_EACH(ln, &s->graveyard)
+        if (!LIST_ENTRY(ln, struct httpd_conn, node)->closed)
             return err_set(err, "an open connection among the closed ones");
-    const struct httpd_conn *dp = NULL;
-    for (const struct httpd_conn *c = s->dirty; c; dp = c, c = c->dnext) {
-        if (c->dprev != dp || !c->dirty || c->closed || c->mem)
-            return err_set(err, "dirty list: broken link, or a closed or clean connection on it");
+    LIST_FOR_EACH(ln, &s->dirty) {
+        const struct httpd_conn *c = LIST_ENTRY(ln, struct httpd_conn, dnode);
+        if (ln->next->prev != ln || ln->prev->next != ln || c->closed || c->mem)
+            return err_set(err, "dirty list: broken link, or a closed connection on it");
         if (!c->out_len)
             return err_set(err, "dirty list: a connection with nothing queued");
     }
-    if (s->dirty && !loop_timer_armed(&s->flush_timer))
+    if (!list_empty(&s->dirty) && !loop_timer_armed(&s->flush_timer))
         return err_set(err, "dirty connections and no flush timer");
     return 0;
 }
@@ -811,8 +790,8 @@ void httpd_destroy(struct httpd *s)
 {
     if (!s)
         return;
-    while (s->conns)
-        conn_close(s->conns);
+    while (!list_empty(&s->conns))
+        conn_close(LIST_ENTRY(list_first(&s->conns), struct httpd_conn, node));
     if (s->lio_on)
         loop_io_stop(s->loop, &s->lio);
     if (s->lfd >= 0)

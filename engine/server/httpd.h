@@ -1,4 +1,4 @@
-/* httpd.h: a small HTTP/1.1 server on the loop interface (replay/loop.h,
+/* httpd.h: a small HTTP/1.1 server on the loop interface (engine/clock/loop.h,
  * real clock) with Node's http-parser, for `serve`.
  *
  * Keep-alive and pipelining (requests on one connection are answered in

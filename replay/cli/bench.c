@@ -2,7 +2,6 @@
  * of metrics.md, engine/fidelity.h) and `agentreplay fidelity` (the
  * model's predictions for every setup calibration.md lists, next to the
  * calibration point). */
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,134 +17,82 @@
 #define BENCH_SCHEMA_VERSION 1
 
 
-static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi,
-                     int64_t *out, char *err)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno)
-        return err_set(err, "%s: '%s' is not an integer", flag, s);
-    if (v < lo)
-        return err_set(err, "%s %lld: must be at least %lld", flag, v, (long long)lo);
-    if (v > hi)
-        return err_set(err, "%s %lld: must be at most %lld", flag, v, (long long)hi);
-    *out = v;
-    return 0;
-}
-
 struct bench_opts {
     struct decode_opts d;
     bool breakdown, json;
 };
 
-static const char bench_help[] =
-    "usage: agentreplay bench-decode [--model M] [--gpu K] [--gpus G] [--tp T]\n"
-    "         [--backend auto|latency_specialized] [--batch B] [--isl I] [--osl O]\n"
-    "         [--spec dspark [--draft D] [--acceptance curve|fixed:A|p:P1,P2,...]]\n"
-    "         [--calibration FILE [--force-calibration]] [--breakdown] [--json]\n"
-    "Fixed-batch decode as published: B requests of I prompt tokens decode O\n"
-    "tokens together on one replica; decode_tok_s = B * (O - 1) / decode time\n"
-    "(first tokens and prefill excluded; metrics.md). Defaults: kimi-k3, gb300,\n"
-    "16 GPUs, TP16, auto, batch 1, isl 1, osl 1000; with --spec, draft 7 and the\n"
-    "fitted acceptance curve.\n";
+static void bench_init(void *opts) { decode_opts_defaults(&((struct bench_opts *)opts)->d); }
 
-static int parse_bench(int argc, char **argv, struct bench_opts *o, char *err)
-{
-    memset(o, 0, sizeof *o);
-    decode_opts_defaults(&o->d);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t x;
-#define NEED()                                                                 \
-    do {                                                                       \
-        if (!v)                                                                \
-            return err_set(err, "%s needs a value", a);                        \
-        i++;                                                                   \
-    } while (0)
-        if (strcmp(a, "--json") == 0) {
-            o->json = true;
-        } else if (strcmp(a, "--breakdown") == 0) {
-            o->breakdown = true;
-        } else if (strcmp(a, "--force-calibration") == 0) {
-            o->d.force = true;
-        } else if (strcmp(a, "--model") == 0) {
-            NEED();
-            snprintf(o->d.model, sizeof o->d.model, "%s", v);
-        } else if (strcmp(a, "--gpu") == 0) {
-            NEED();
-            snprintf(o->d.gpu, sizeof o->d.gpu, "%s", v);
-        } else if (strcmp(a, "--gpus") == 0) {
-            NEED();
-            if (parse_i64(a, v, 1, 1 << 20, &x, err))
-                return -1;
-            o->d.gpus = (int)x;
-        } else if (strcmp(a, "--tp") == 0) {
-            NEED();
-            if (parse_i64(a, v, 1, 1024, &x, err))
-                return -1;
-            o->d.tp = (int)x;
-        } else if (strcmp(a, "--backend") == 0) {
-            NEED();
-            if (strcmp(v, "auto") == 0 || strcmp(v, "standard") == 0)
-                o->d.backend = ENGINE_BACKEND_AUTO;
-            else if (strcmp(v, "latency_specialized") == 0)
-                o->d.backend = ENGINE_BACKEND_LATENCY_SPECIALIZED;
-            else
-                return err_set(err, "--backend '%s': expected auto or latency_specialized", v);
-        } else if (strcmp(a, "--batch") == 0) {
-            NEED();
-            if (parse_i64(a, v, 1, 1 << 20, &x, err))
-                return -1;
-            o->d.batch = (int)x;
-        } else if (strcmp(a, "--isl") == 0) {
-            NEED();
-            if (parse_i64(a, v, 1, (int64_t)1 << 31, &x, err))
-                return -1;
-            o->d.isl = x;
-        } else if (strcmp(a, "--osl") == 0) {
-            NEED();
-            if (parse_i64(a, v, 2, (int64_t)1 << 31, &x, err))
-                return -1;
-            o->d.osl = x;
-        } else if (strcmp(a, "--spec") == 0) {
-            NEED();
-            if (strcmp(v, "dspark") != 0 && strcmp(v, "none") != 0)
-                return err_set(err, "--spec '%s': expected dspark or none", v);
-            o->d.spec = strcmp(v, "dspark") == 0;
-        } else if (strcmp(a, "--draft") == 0) {
-            NEED();
-            if (parse_i64(a, v, 1, ACCEPT_MAX_DRAFT, &x, err))
-                return -1;
-            o->d.draft = (int)x;
-        } else if (strcmp(a, "--acceptance") == 0) {
-            NEED();
-            snprintf(o->d.acceptance, sizeof o->d.acceptance, "%s", v);
-        } else if (strcmp(a, "--calibration") == 0) {
-            NEED();
-            snprintf(o->d.calibration, sizeof o->d.calibration, "%s", v);
-        } else {
-            return err_set(err, "unknown flag '%s'", a);
-        }
-#undef NEED
-    }
-    return 0;
-}
+static const struct flag_choice spec_names[] = {
+    {"dspark", 1, false}, {"none", 0, false}, {NULL, 0, false}};
+
+#define O struct bench_opts
+static const struct flag bench_flags[] = {
+    {"--model", 0, FLAG_BUF, FLAG_AT(O, d.model), "M", "model preset or file", .def = NULL},
+    {"--gpu", 0, FLAG_BUF, FLAG_AT(O, d.gpu), "K", "GPU preset or file", .def = NULL},
+    {"--gpus", 0, FLAG_INT, FLAG_AT(O, d.gpus), "G", "GPUs of the deployment", .min = 1,
+     .max = 1 << 20},
+    {"--tp", 0, FLAG_INT, FLAG_AT(O, d.tp), "T", "tensor-parallel size", .min = 1, .max = 1024},
+    {"--backend", 0, FLAG_CHOICE, FLAG_AT(O, d.backend), NULL, "decode path",
+     .choices = engine_backend_choices},
+    {"--batch", 0, FLAG_INT, FLAG_AT(O, d.batch), "B", "requests decoding together", .min = 1,
+     .max = 1 << 20},
+    {"--isl", 0, FLAG_INT64, FLAG_AT(O, d.isl), "I", "prompt tokens per request", .min = 1,
+     .max = INT64_C(1) << 31},
+    {"--osl", 0, FLAG_INT64, FLAG_AT(O, d.osl), "O", "output tokens per request", .min = 2,
+     .max = INT64_C(1) << 31},
+    {"--spec", 0, FLAG_CHOICE, FLAG_AT(O, d.spec), NULL, "speculative decoding",
+     .choices = spec_names},
+    {"--draft", 0, FLAG_INT, FLAG_AT(O, d.draft), "D", "draft tokens per step (with --spec)",
+     .min = 1, .max = ACCEPT_MAX_DRAFT},
+    {"--acceptance", 0, FLAG_BUF, FLAG_AT(O, d.acceptance), "curve|fixed:A|p:P1,P2,...",
+     "accepted draft tokens (with --spec)", .def = NULL},
+    {"--calibration", 0, FLAG_BUF, FLAG_AT(O, d.calibration), "FILE", "measured kernel times", .def = NULL},
+    {"--force-calibration", 0, FLAG_BOOL, FLAG_AT(O, d.force), NULL,
+     "accept a calibration file for another GPU", .value = true},
+    {"--breakdown", 0, FLAG_BOOL, FLAG_AT(O, breakdown), NULL, "per-kernel time per layer",
+     .value = true},
+    {"--json", 0, FLAG_BOOL, FLAG_AT(O, json), NULL, "the result as JSON", .value = true},
+    FLAG_END,
+};
+
+const struct flag_spec bench_decode_spec = {
+    .usage = "agentreplay bench-decode [flags]",
+    .about = "Fixed-batch decode as published: B requests of I prompt tokens decode O\n"
+             "tokens together on one replica; decode_tok_s = B * (O - 1) / decode time\n"
+             "(first tokens and prefill excluded; metrics.md).",
+    .size = sizeof(O),
+    .init = bench_init,
+    .groups = {{"bench-decode", bench_flags, 0}},
+};
+#undef O
+
+struct fidelity_opts {
+    bool json;
+};
+
+static const struct flag fidelity_flags[] = {
+    {"--json", 0, FLAG_BOOL, FLAG_AT(struct fidelity_opts, json), NULL, "the rows as JSON",
+     .value = true},
+    FLAG_END,
+};
+
+const struct flag_spec fidelity_spec = {
+    .usage = "agentreplay fidelity [--json]",
+    .about = "The cost model's predictions for every setup calibration.md lists as\n"
+             "\"must predict\", next to the calibration point it was fitted to.",
+    .size = sizeof(struct fidelity_opts),
+    .groups = {{"fidelity", fidelity_flags, 0}},
+};
 
 int engine_cmd_bench_decode(int argc, char **argv)
 {
     char err[ERR_LEN] = "";
     struct bench_opts o;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(bench_help, stdout);
-            return EXIT_OK;
-        }
-    if (parse_bench(argc, argv, &o, err)) {
-        fprintf(stderr, "bench-decode: %s\n%s", err, bench_help);
-        return EXIT_BADINPUT;
-    }
+    int rc = cli_parse("bench-decode", &bench_decode_spec, &o, argc, argv, NULL, NULL);
+    if (rc >= 0)
+        return rc;
     struct decode_setup s;
     struct cost_decode_run r;
     if (decode_setup_open(&o.d, &s, err) || decode_setup_run(&o.d, &s, &r, err)) {
@@ -261,20 +208,11 @@ int engine_cmd_bench_decode(int argc, char **argv)
 
 int engine_cmd_fidelity(int argc, char **argv)
 {
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = true;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            puts("usage: agentreplay fidelity [--json]\n"
-                 "The cost model's predictions for every setup calibration.md lists as\n"
-                 "\"must predict\", next to the calibration point it was fitted to.");
-            return EXIT_OK;
-        } else {
-            fprintf(stderr, "fidelity: unknown flag '%s'\n", argv[i]);
-            return EXIT_BADINPUT;
-        }
-    }
+    struct fidelity_opts o;
+    int rc = cli_parse("fidelity", &fidelity_spec, &o, argc, argv, NULL, NULL);
+    if (rc >= 0)
+        return rc;
+    bool json = o.json;
     char err[ERR_LEN] = "";
     struct fidelity_row rows[64];
     int n = fidelity_rows(rows, 64, err);

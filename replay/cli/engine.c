@@ -1,4 +1,4 @@
-/* engine_cmd.c: `agentreplay engine info [engine flags] [--json]`: the
+/* engine.c: `agentreplay engine info [engine flags] [--json]`: the
  * deployment, each GPU's memory budget and the capacity that follows
  * (KV tokens, sequences, recurrent-state slots, checkpoints), as a table
  * or as the JSON engine_describe_json() writes into run.json. */
@@ -11,13 +11,28 @@
 #include "engine/clock/loop.h"
 #include "traces/base/err.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: agentreplay engine info [engine flags] [--json]\n\n"
-               "Prints the deployment's memory budget per GPU and its capacity.\n\n%s"
-               "  --json                   the description as JSON\n",
-            engine_flags_help);
-}
+struct info_opts {
+    struct engine_config ec;
+    bool json;
+};
+
+static void info_init(void *opts) { engine_config_defaults(&((struct info_opts *)opts)->ec); }
+
+static const struct flag info_flags[] = {
+    {"--json", 0, FLAG_BOOL, FLAG_AT(struct info_opts, json), NULL,
+     "the description as JSON (run.json's \"engine\")", .value = true},
+    FLAG_END,
+};
+
+const struct flag_spec engine_info_spec = {
+    .usage = "agentreplay engine [info] [flags] [--json]",
+    .about = "Prints the deployment's memory budget per GPU and its capacity.",
+    .operands = "info",
+    .max_operands = 1,
+    .size = sizeof(struct info_opts),
+    .init = info_init,
+    .groups = {{"info", info_flags, 0}, {"engine", engine_flags, offsetof(struct info_opts, ec)}},
+};
 
 static double num(json_t *o, const char *a, const char *b)
 {
@@ -95,41 +110,19 @@ static void print_table(json_t *d)
 
 int engine_cmd_info(int argc, char **argv)
 {
-    struct engine_config c;
-    engine_config_defaults(&c);
-    bool json = false;
+    struct info_opts o;
+    const char *sub[1];
+    int n_sub = 0;
     char err[ERR_LEN] = "";
-    int i = 1;
-    if (i < argc && !strcmp(argv[i], "info"))
-        i++;
-    else if (i < argc && (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))) {
-        usage(stdout);
-        return EXIT_OK;
-    } else if (i < argc && argv[i][0] != '-') {
-        fprintf(stderr, "agentreplay engine: unknown subcommand '%s' (expected info)\n", argv[i]);
-        return EXIT_BADINPUT;
+    int rc = cli_parse("engine", &engine_info_spec, &o, argc, argv, sub, &n_sub);
+    if (rc >= 0)
+        return rc;
+    if (n_sub && strcmp(sub[0], "info")) {
+        snprintf(err, sizeof err, "unknown subcommand '%s' (expected info)", sub[0]);
+        return cli_bad("engine", err);
     }
-    while (i < argc) {
-        if (!strcmp(argv[i], "--json")) {
-            json = true;
-            i++;
-            continue;
-        }
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return EXIT_OK;
-        }
-        int rc = engine_config_flag(&c, argc, argv, &i, err);
-        if (rc < 0) {
-            fprintf(stderr, "agentreplay engine info: %s\n", err);
-            return EXIT_BADINPUT;
-        }
-        if (rc == 0) {
-            fprintf(stderr, "agentreplay engine info: unknown flag '%s'\n\n", argv[i]);
-            usage(stderr);
-            return EXIT_BADINPUT;
-        }
-    }
+    struct engine_config c = o.ec;
+    bool json = o.json;
     struct loop *l = loop_virtual_create();
     struct engine *e = engine_create(&c, l, err);
     if (!e) {

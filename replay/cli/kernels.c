@@ -1,4 +1,4 @@
-/* kernels_cmd.c: `agentreplay kernels ...`, the front of the Kimi K3
+/* kernels.c: `agentreplay kernels ...`, the front of the Kimi K3
  * decode-layer kernels (kernels/README.md).
  *
  *   kernels list [--tp T] [--batch B] [--ctx N] [--bw GB/s]
@@ -31,61 +31,110 @@
 
 #define DRIVER "build/kernels/agentreplay-kernels"
 
-static void usage(FILE *f)
+#define ABOUT                                                                              \
+    "One Kimi K3 decode layer (KDA and MLA, each with its MoE block) at\n"                  \
+    "tensor-parallel shard shapes, on the standard path and the fused one."
+
+struct list_opts {
+    int tp, batch, ctx, bw_gbs;
+};
+
+static void list_init(void *opts)
 {
-    fprintf(f,
-            "usage: agentreplay kernels list [--tp T] [--batch B] [--ctx N] [--bw GB/s]\n"
-            "       agentreplay kernels cpu-check [--batch B] [--seed S] [--tp T]\n"
-            "       agentreplay kernels check [--tp T] [--batches LIST] [--ctx N] [--seed S]\n"
-            "       agentreplay kernels bench --tp T [-o CALIBRATION.json] [--results FILE]\n"
-            "                                 [--batches LIST] [--ctx N] [--contexts LIST]\n"
-            "                                 [--iters N]\n"
-            "                                 [--gpu-name NAME] [--with-local-reduction]\n\n"
-            "One Kimi K3 decode layer (KDA and MLA, each with its MoE block) at\n"
-            "tensor-parallel shard shapes, on the standard path and the fused one.\n"
-            "check and bench need the CUDA driver (make kernels, where nvcc exists)\n"
-            "and a GPU; bench writes the calibration file the engine loads with\n"
-            "--calibration (engine/CALIBRATION.md).\n");
+    *(struct list_opts *)opts = (struct list_opts){.tp = 8, .batch = 1, .ctx = 4096, .bw_gbs = 4300};
 }
 
-static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
+static const struct flag list_flags[] = {
+    {"--tp", 0, FLAG_INT, FLAG_AT(struct list_opts, tp), "T", "tensor-parallel shard", .min = 1,
+     .max = 16},
+    {"--batch", 0, FLAG_INT, FLAG_AT(struct list_opts, batch), "B", "decoding requests", .min = 1,
+     .max = 64},
+    {"--ctx", 0, FLAG_INT, FLAG_AT(struct list_opts, ctx), "N", "context tokens", .min = 1,
+     .max = 1 << 20},
+    {"--bw", 0, FLAG_INT, FLAG_AT(struct list_opts, bw_gbs), "GB/s",
+     "memory bandwidth of the floor (one H200's copy)", .min = 1, .max = 100000},
+    FLAG_END,
+};
+
+const struct flag_spec kernels_list_spec = {
+    .usage = "agentreplay kernels list [--tp T] [--batch B] [--ctx N] [--bw GB/s]",
+    .about = ABOUT "\nThe kernel sequence of each path and layer kind (the names calibration\n"
+                   "files use), with each kernel's least bytes and floor time.",
+    .size = sizeof(struct list_opts),
+    .init = list_init,
+    .groups = {{"list", list_flags, 0}},
+};
+
+struct cpu_check_opts {
+    int batch, seed, tp;
+};
+
+static void cpu_check_init(void *opts)
 {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || x < lo || x > hi) {
-        fprintf(stderr, "agentreplay kernels: %s: an integer %d..%d\n", flag, lo, hi);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
+    *(struct cpu_check_opts *)opts = (struct cpu_check_opts){.batch = 4, .seed = 1, .tp = 0};
 }
+
+static const struct flag cpu_check_flags[] = {
+    {"--batch", 0, FLAG_INT, FLAG_AT(struct cpu_check_opts, batch), "B", "decoding requests",
+     .min = 1, .max = 64},
+    {"--seed", 0, FLAG_INT, FLAG_AT(struct cpu_check_opts, seed), "S", "random weights' seed",
+     .min = 0, .max = 1 << 30},
+    {"--tp", 0, FLAG_INT, FLAG_AT(struct cpu_check_opts, tp), "T", "the full shard shapes of TP T",
+     .def = "reduced shapes", .min = 1, .max = 16},
+    FLAG_END,
+};
+
+const struct flag_spec kernels_cpu_check_spec = {
+    .usage = "agentreplay kernels cpu-check [--batch B] [--seed S] [--tp T]",
+    .about = ABOUT "\nBoth paths in C, at reduced shapes or the full shard shapes: the layer\n"
+                   "output of each, compared (no GPU).",
+    .size = sizeof(struct cpu_check_opts),
+    .init = cpu_check_init,
+    .groups = {{"cpu-check", cpu_check_flags, 0}},
+};
+
+/* check and bench pass their arguments to the CUDA driver, which parses
+ * them; only --help is answered here. */
+struct driver_opts {
+    int unused;
+};
+
+#define DRIVER_NOTES                                                                       \
+    "The arguments go to the CUDA driver " DRIVER " (built by\n"                             \
+    "`make kernels` where nvcc exists), which needs a GPU."
+
+const struct flag_spec kernels_check_spec = {
+    .usage = "agentreplay kernels check [--tp T] [--batches LIST] [--ctx N] [--seed S]",
+    .about = ABOUT "\nThe CUDA kernels of both paths against the C reference.",
+    .operands = "ARGS...",
+    .max_operands = -1,
+    .size = sizeof(struct driver_opts),
+    .notes = DRIVER_NOTES,
+};
+
+const struct flag_spec kernels_bench_spec = {
+    .usage = "agentreplay kernels bench --tp T [-o CALIBRATION.json] [--results FILE]\n"
+             "    [--batches LIST] [--ctx N] [--contexts LIST] [--iters N]\n"
+             "    [--gpu-name NAME] [--with-local-reduction]",
+    .about = ABOUT "\nThe CUDA kernels timed: the calibration file the engine loads with\n"
+                   "--calibration (engine/CALIBRATION.md).",
+    .operands = "ARGS...",
+    .max_operands = -1,
+    .size = sizeof(struct driver_opts),
+    .notes = DRIVER_NOTES,
+};
 
 /* The kernel lists with each kernel's least bytes and its floor time at a
  * bandwidth: the memory-bound roofline a measured time is judged against.
  * Default bandwidth 4300 GB/s: the device-to-device copy measured on one
  * H200 (../shared/reference/hardware.md). */
-static int cmd_list(int argc, char **argv)
+int kernels_cmd_list(int argc, char **argv)
 {
-    int tp = 8, batch = 1, ctx = 4096, bw_gbs = 4300;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc;
-        if (!strcmp(argv[i], "--tp"))
-            rc = int_arg("--tp", v, 1, 16, &tp);
-        else if (!strcmp(argv[i], "--batch"))
-            rc = int_arg("--batch", v, 1, 64, &batch);
-        else if (!strcmp(argv[i], "--ctx"))
-            rc = int_arg("--ctx", v, 1, 1 << 20, &ctx);
-        else if (!strcmp(argv[i], "--bw"))
-            rc = int_arg("--bw", v, 1, 100000, &bw_gbs);
-        else {
-            fprintf(stderr, "agentreplay kernels list: unknown option %s\n", argv[i]);
-            return EXIT_BADINPUT;
-        }
-        if (rc)
-            return EXIT_BADINPUT;
-        i++;
-    }
+    struct list_opts o;
+    int rc = cli_parse("kernels list", &kernels_list_spec, &o, argc, argv, NULL, NULL);
+    if (rc >= 0)
+        return rc;
+    int tp = o.tp, batch = o.batch, ctx = o.ctx, bw_gbs = o.bw_gbs;
     struct k3_shape s;
     char err[K3_ERR_LEN];
     if (k3_shape_full(&s, tp, ctx, err)) {
@@ -124,26 +173,13 @@ static int cmd_list(int argc, char **argv)
     return EXIT_OK;
 }
 
-static int cmd_cpu_check(int argc, char **argv)
+int kernels_cmd_cpu_check(int argc, char **argv)
 {
-    int batch = 4, seed = 1, tp = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--batch")) {
-            if (int_arg("--batch", v, 1, 64, &batch))
-                return EXIT_BADINPUT;
-        } else if (!strcmp(argv[i], "--seed")) {
-            if (int_arg("--seed", v, 0, 1 << 30, &seed))
-                return EXIT_BADINPUT;
-        } else if (!strcmp(argv[i], "--tp")) {
-            if (int_arg("--tp", v, 1, 16, &tp))
-                return EXIT_BADINPUT;
-        } else {
-            fprintf(stderr, "agentreplay kernels cpu-check: unknown option %s\n", argv[i]);
-            return EXIT_BADINPUT;
-        }
-        i++;
-    }
+    struct cpu_check_opts o;
+    int rc = cli_parse("kernels cpu-check", &kernels_cpu_check_spec, &o, argc, argv, NULL, NULL);
+    if (rc >= 0)
+        return rc;
+    int batch = o.batch, seed = o.seed, tp = o.tp;
     int bad = 0;
     for (int k = 0; k < K3_KIND_COUNT; k++) {
         struct k3_shape s;
@@ -188,8 +224,14 @@ static int cmd_cpu_check(int argc, char **argv)
     return bad ? EXIT_FAIL : EXIT_OK;
 }
 
-static int run_driver(int argc, char **argv)
+int kernels_cmd_driver(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            flags_help(!strcmp(argv[0], "bench") ? &kernels_bench_spec : &kernels_check_spec,
+                       stdout);
+            return EXIT_OK;
+        }
     char path[4096];
     const char *env = getenv("AGENTREPLAY_KERNELS_BIN");
     if (env && *env)
@@ -237,24 +279,4 @@ static int run_driver(int argc, char **argv)
     return rc == EXIT_OK || rc == EXIT_BADINPUT ? rc : EXIT_FAIL;
 }
 
-int kernels_cmd(int argc, char **argv)
-{
-    if (argc < 2) {
-        usage(stderr);
-        return EXIT_BADINPUT;
-    }
-    const char *sub = argv[1];
-    if (!strcmp(sub, "-h") || !strcmp(sub, "--help") || !strcmp(sub, "help")) {
-        usage(stdout);
-        return EXIT_OK;
-    }
-    if (!strcmp(sub, "list"))
-        return cmd_list(argc - 1, argv + 1);
-    if (!strcmp(sub, "cpu-check"))
-        return cmd_cpu_check(argc - 1, argv + 1);
-    if (!strcmp(sub, "check") || !strcmp(sub, "bench"))
-        return run_driver(argc - 1, argv + 1);
-    fprintf(stderr, "agentreplay kernels: unknown subcommand '%s'\n\n", sub);
-    usage(stderr);
-    return EXIT_BADINPUT;
-}
+int kernels_cmd(int argc, char **argv) { return cli_dispatch("kernels", argc, argv); }

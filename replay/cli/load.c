@@ -1,7 +1,7 @@
-/* load_cmd.c: `agentreplay load`: the replayer (replay.h) driving a live
- * OpenAI-compatible endpoint (http_target.h) on the real clock (libev),
- * with the same records, metrics and run.json as `sim`, plus what only a
- * live run has:
+/* load.c: `agentreplay load`: the run pipeline (replay/run.h) driving a
+ * live OpenAI-compatible endpoint (http_target.h) on the real clock, with
+ * the same records, metrics and run.json as `sim`, plus what only a live
+ * run has:
  *   - schedule lag (actual send - intended send) at P50 / P99 / max; a run
  *     whose lag P99 exceeds --lag-threshold-ms is marked degraded (the
  *     generator, not the server, was the bottleneck);
@@ -10,140 +10,126 @@
  *   - --metrics-url: the target's Prometheus metrics scraped every tick into
  *     metrics_timeline.jsonl;
  *   - Ctrl-C (SIGINT) stops sending, waits up to --grace for the calls in
- *     flight, then cancels the rest, writes everything and marks the result
- *     interrupted (a second Ctrl-C cancels at once).
- * Output folder: run.json, requests.jsonl, timeline.csv and, with
- * --metrics-url, metrics_timeline.jsonl.
+ *     flight, then cancels the rest, writes everything, marks the result
+ *     interrupted and exits 1 (a second Ctrl-C cancels at once).
+ * Output folder: run.json, requests.jsonl, timeline.csv, summary.md and,
+ * with --metrics-url, metrics_timeline.jsonl.
  *
  * requests.jsonl is buffered (64 KiB) and flushed every 100 ms, on each
  * signal and at the end, instead of once per call: one write(2) per call
  * was a tenth of the generator's CPU per call at thousands of calls a
  * second. A run killed outright (SIGKILL) loses at most the last 100 ms of
  * records; Ctrl-C and SIGTERM lose nothing. */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "replay/cli/cli.h"
 #include "replay/http_target.h"
-#include "replay/metrics.h"
-#include "replay/records.h"
+#include "replay/replay_flags.h"
 #include "replay/results.h"
-#include "replay/replay.h"
-#include "traces/trace.h"
+#include "replay/run.h"
 #include "traces/base/err.h"
 #include "traces/base/time_ns.h"
-#include "traces/base/parse.h"
 
+#define RECORDS_BUFFER (64 * 1024)
+
+struct load_opts {
+    struct run_opts run;
+    struct replay_config rc;
+    struct http_target_config hc;
+    double lag_threshold_ms;
+    char metrics_url[600];
+    int gpus, tp;
+    bool url_given;
+};
+
+static void load_init(void *opts)
+{
+    struct load_opts *o = opts;
+    replay_config_defaults(&o->rc);
+    http_target_config_defaults(&o->hc);
+    const char *key = getenv("OPENAI_API_KEY");
+    if (key)
+        snprintf(o->hc.api_key, sizeof o->hc.api_key, "%s", key);
+    o->lag_threshold_ms = 50;
+    o->gpus = 1;
+}
+
+static const struct flag_choice endpoint_names[] = {
+    {"chat", HTTP_EP_CHAT, false}, {"completions", HTTP_EP_COMPLETIONS, false}, {NULL, 0, false}};
+static const struct flag_choice prompt_mode_names[] = {
+    {"text", PROMPT_TEXT, false}, {"tokens", PROMPT_TOKENS, false}, {NULL, 0, false}};
+
+#define O struct load_opts
+static const struct flag load_flags[] = {
+    {"--url", 0, FLAG_BUF, FLAG_AT(O, hc.url), "URL",
+     "base URL (http:// or https://), e.g.\nhttp://127.0.0.1:8000 (required)", .def = "",
+     .seen = FLAG_SEEN(O, url_given)},
+    {"--endpoint", 0, FLAG_CHOICE, FLAG_AT(O, hc.endpoint), NULL, "the API called",
+     .choices = endpoint_names},
+    {"--prompt-mode", 0, FLAG_CHOICE, FLAG_AT(O, hc.prompt_mode), NULL,
+     "tokens: ids on /v1/completions", .choices = prompt_mode_names},
+    {"--model", 0, FLAG_BUF, FLAG_AT(O, hc.model), "NAME", "model sent",
+     .def = "the server's first /v1/models"},
+    {"--api-key", 0, FLAG_BUF, FLAG_AT(O, hc.api_key), "K", "Authorization: Bearer K",
+     .def = "$OPENAI_API_KEY"},
+    {"--connect-timeout", 0, FLAG_DURATION, FLAG_AT(O, hc.connect_timeout_ns), NULL,
+     "connecting", .min = 0, .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_OPEN_MIN},
+    {"--read-timeout", 0, FLAG_DURATION, FLAG_AT(O, hc.read_timeout_ns), NULL,
+     "longest silence within a call", .min = 0, .max = INT64_C(1000000000) * NS_PER_S,
+     .opts = FLAG_OPEN_MIN},
+    {"--lag-threshold-ms", 0, FLAG_DOUBLE, FLAG_AT(O, lag_threshold_ms), "MS",
+     "schedule-lag P99 above it marks the run degraded", .fmin = 0, .fmax = 1e12,
+     .opts = FLAG_OPEN_MIN},
+    {"--metrics-url", 0, FLAG_BUF, FLAG_AT(O, metrics_url), "URL",
+     "scrape Prometheus metrics every tick", .def = NULL},
+    {"--gpus", 0, FLAG_INT, FLAG_AT(O, gpus), NULL,
+     "GPUs of the deployment, for per-GPU throughput", .min = 1, .max = 1000000},
+    {"--tp", 0, FLAG_INT, FLAG_AT(O, tp), NULL, "its tensor-parallel size (replicas = gpus / tp)",
+     .def = "gpus", .min = 1, .max = 1000000},
+    FLAG_END,
+};
+
+const struct flag_spec load_spec = {
+    .usage = "agentreplay load --url URL --trace PATH -o DIR [flags]",
+    .about = "Replays a trace against a live OpenAI-compatible endpoint in real time.\n"
+             "--trace and -o are required.",
+    .size = sizeof(O),
+    .init = load_init,
+    .groups = {{"load", load_flags, 0},
+               {"run", run_flags, offsetof(O, run)},
+               {NULL, trace_read_flags, offsetof(O, run.tro)},
+               {"replay (AgentX defaults)", replay_flags, offsetof(O, rc)}},
+    .notes = "Text mode makes each prompt token one common English word (one token in\n"
+             "current BPE vocabularies, so lengths are approximate); tokens mode sends\n"
+             "exact token ids. Ctrl-C stops sending, waits up to --grace for calls in\n"
+             "flight, writes everything, marks the run interrupted and exits 1 (twice: at\n"
+             "once).",
+};
+#undef O
+
+/* The run's live state for the hooks. */
 struct load {
+    const struct load_opts *o;
     struct loop *loop;
     struct target *tg;
     struct replay *rp;
-    struct replay_config rcfg;
-    int sig_pipe[2];
-    struct loop_io sig_io;
-    int interrupts;
-    struct loop_timer grace_timer, drain_timer, scrape_timer, flush_timer;
-    struct records_writer *rw;
-    char flush_err[ERR_LEN]; /* the first failed periodic flush */
-    int64_t grace_ns;
-    char metrics_url[600];
-    FILE *mtl;               /* metrics_timeline.jsonl */
+    struct loop_timer scrape_timer;
+    FILE *mtl;                   /* metrics_timeline.jsonl */
     uint64_t scrapes, scrape_errors;
     int scrape_busy;
-    int64_t last_progress_ns;
-    int quiet;
+    /* schedule lag and cache figures, gathered from each record written */
+    struct dvec lags;            /* ms */
+    struct metrics_stat lag_ms;
+    double lag_max_ms;
+    int64_t prompt_with_cache, cached;
+    uint64_t records, with_usage, usage_output_mismatch;
+    bool degraded;
 };
-
-static int g_sig_fd = -1;
-static volatile sig_atomic_t g_early_sigs; /* signals before the loop ran */
-static void on_signal(int sig)
-{
-    if (g_sig_fd >= 0) {
-        char b = (char)sig;
-        ssize_t w = write(g_sig_fd, &b, 1);
-        (void)w;
-    } else {
-        g_early_sigs++;
-    }
-}
-
-static void catch_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-static void interrupt_now(struct loop *l, struct loop_timer *t)
-{
-    struct load *ld = t->arg;
-    loop_cancel(l, &ld->drain_timer);
-    loop_cancel(l, &ld->grace_timer);
-    replay_interrupt(ld->rp);
-}
-
-/* During the grace period: interrupt as soon as nothing sent is in flight. */
-static void drain_check(struct loop *l, struct loop_timer *t)
-{
-    struct load *ld = t->arg;
-    if (http_target_inflight(ld->tg) == 0) {
-        interrupt_now(l, t);
-        return;
-    }
-    loop_at(l, t, loop_now(l) + 20 * NS_PER_MS, drain_check, ld);
-}
-
-#define RECORDS_FLUSH_NS (100 * NS_PER_MS)
-#define RECORDS_BUFFER (64 * 1024)
-
-static void flush_records(struct load *ld)
-{
-    char err[ERR_LEN];
-    if (records_flush(ld->rw, err) && !ld->flush_err[0])
-        snprintf(ld->flush_err, sizeof ld->flush_err, "%s", err);
-}
-
-static void flush_cb(struct loop *l, struct loop_timer *t)
-{
-    struct load *ld = t->arg;
-    flush_records(ld);
-    if (!replay_finished(ld->rp))
-        loop_at(l, t, loop_now(l) + RECORDS_FLUSH_NS, flush_cb, ld);
-}
-
-static void sig_cb(struct loop *l, struct loop_io *io, int revents)
-{
-    struct load *ld = io->arg;
-    char b[16];
-    ssize_t n = read(io->fd, b, sizeof b);
-    if (n <= 0)
-        return;
-    flush_records(ld);
-    ld->interrupts += (int)n;
-    if (replay_finished(ld->rp))
-        return;
-    if (ld->interrupts == (int)n) {
-        fprintf(stderr, "load: interrupted: no new calls; waiting %s for %lld in flight (Ctrl-C again to stop now)\n",
-                ld->grace_ns < 0 ? "without limit" : "up to the grace period",
-                (long long)http_target_inflight(ld->tg));
-        http_target_hold(ld->tg);
-        if (ld->grace_ns >= 0)
-            loop_at(l, &ld->grace_timer, loop_now(l) + ld->grace_ns, interrupt_now, ld);
-        loop_at(l, &ld->drain_timer, loop_now(l), drain_check, ld);
-    } else {
-        interrupt_now(l, &ld->grace_timer);
-    }
-}
 
 /* ---- Prometheus scraping ---- */
 
@@ -205,422 +191,203 @@ static void scrape_cb(struct loop *l, struct loop_timer *t)
     struct load *ld = t->arg;
     if (replay_finished(ld->rp))
         return;
-    if (!ld->scrape_busy && http_target_get(ld->tg, ld->metrics_url, scrape_done, ld) == 0)
+    if (!ld->scrape_busy && http_target_get(ld->tg, ld->o->metrics_url, scrape_done, ld) == 0)
         ld->scrape_busy = 1;
-    loop_at(l, t, loop_now(l) + ld->rcfg.tick_ns, scrape_cb, ld);
+    loop_at(l, t, loop_now(l) + ld->o->rc.tick_ns, scrape_cb, ld);
 }
 
-static void tick_cb(void *arg, struct replay *r, int64_t now)
+static void started(void *arg, struct replay *r)
 {
     struct load *ld = arg;
-    if (ld->quiet || now - ld->last_progress_ns < 10 * NS_PER_S)
-        return;
-    ld->last_progress_ns = now;
-    const struct metrics *m = replay_metrics(r);
-    fprintf(stderr, "load: %5.0f s  %llu calls done, %llu errors, %lld in flight\n", (double)now / 1e9,
-            (unsigned long long)m->records, (unsigned long long)m->errors,
-            (long long)http_target_inflight(ld->tg));
+    ld->rp = r;
+    if (ld->o->metrics_url[0]) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/metrics_timeline.jsonl", ld->o->run.out);
+        ld->mtl = fopen(path, "w");
+        loop_at(ld->loop, &ld->scrape_timer, loop_now(ld->loop), scrape_cb, ld);
+    }
 }
 
-/* ---- schedule lag and cache figures from the records ---- */
+static void stopped(void *arg)
+{
+    struct load *ld = arg;
+    loop_cancel(ld->loop, &ld->scrape_timer);
+}
 
-struct lagstat {
-    struct dvec lags;        /* lag of each record, ms */
-    struct metrics_stat lag_ms;
-    double lag_max_ms;
-    int64_t prompt_with_cache, cached;
-    uint64_t records, with_usage, usage_output_mismatch;
-};
-
-/* Gathered from each record as it is written (records_set_observer):
- * the same figures as reading requests.jsonl back, without parsing it. */
 static void observe_record(void *arg, const struct replay_record *r)
 {
-    struct lagstat *ls = arg;
-    ls->records++;
+    struct load *ld = arg;
+    ld->records++;
     double lag = (double)(r->start_ns - r->intended_start_ns) / 1e6;
-    dvec_push(&ls->lags, lag);
-    if (lag > ls->lag_max_ms)
-        ls->lag_max_ms = lag;
+    dvec_push(&ld->lags, lag);
+    if (lag > ld->lag_max_ms)
+        ld->lag_max_ms = lag;
     if (r->cached_tokens >= 0) {
-        ls->cached += r->cached_tokens;
-        ls->prompt_with_cache += r->prompt_tokens;
+        ld->cached += r->cached_tokens;
+        ld->prompt_with_cache += r->prompt_tokens;
     }
     if (r->live && r->server_output_tokens >= 0) {
-        ls->with_usage++;
+        ld->with_usage++;
         if (r->server_output_tokens != r->output_tokens)
-            ls->usage_output_mismatch++;
+            ld->usage_output_mismatch++;
     }
 }
 
-/* ---- the command ---- */
-
-static void usage(FILE *f)
+/* run.json's "live": lag, usage, the target's counts, scrapes. */
+static void extend(void *arg, void *run_json, const struct run_result *res)
 {
-    fprintf(f,
-            "usage: agentreplay load --url URL --trace PATH -o DIR [options] [replay flags]\n"
-            "Replays a trace against a live OpenAI-compatible endpoint in real time.\n"
-            "  --url URL               base URL (http:// or https://), e.g. http://127.0.0.1:8000\n"
-            "  --trace PATH            trace file or folder\n"
-            "  -o, --out DIR           output folder (run.json, requests.jsonl, timeline.csv)\n"
-            "  --endpoint chat|completions          [chat]\n"
-            "  --prompt-mode text|tokens            tokens: ids on /v1/completions [text]\n"
-            "  --model NAME            model sent (default: the server's first /v1/models)\n"
-            "  --api-key K             Authorization: Bearer K (or $OPENAI_API_KEY)\n"
-            "  --connect-timeout S     [10]\n"
-            "  --read-timeout S        longest silence within a call [600]\n"
-            "  --lag-threshold-ms MS   schedule-lag P99 above it marks the run degraded [50]\n"
-            "  --metrics-url URL       scrape Prometheus metrics every tick\n"
-            "  --gpus N                GPUs of the deployment, for per-GPU throughput [1]\n"
-            "  --tp N                  its tensor-parallel size (replicas = gpus / tp) [gpus]\n"
-            "  --quiet                 no progress lines\n"
-            "  --force                 write into a non-empty output folder\n"
-            "Text mode makes each prompt token one common English word (one token in\n"
-            "current BPE vocabularies, so lengths are approximate); tokens mode sends\n"
-            "exact token ids. Ctrl-C stops sending, waits up to --grace for calls in\n"
-            "flight, writes everything and marks the run interrupted (twice: at once).\n\n%s",
-            replay_flags_help);
-}
-
-static int parse_secs(const char *v, int64_t *ns, char *err)
-{
-    if (parse_duration(v, ns, err))
-        return -1;
-    if (*ns <= 0)
-        return err_set(err, "'%s' must be > 0", v);
-    return 0;
-}
-
-int load_cmd(int argc, char **argv)
-{
-    char err[ERR_LEN] = "";
-    struct http_target_config hc;
-    http_target_config_defaults(&hc);
-    struct load ld;
-    memset(&ld, 0, sizeof ld);
-    ld.sig_pipe[0] = ld.sig_pipe[1] = -1;
-    /* A signal from here on still leaves a result folder: one that comes
-     * before the replay starts is acted on at its first turn. */
-    catch_signals();
-    replay_config_defaults(&ld.rcfg);
-    const char *trace_path = NULL, *out_dir = NULL;
-    double lag_threshold_ms = 50;
-    int have_url = 0, gpus = 1, tp = 0, force = 0;
-    const char *env_key = getenv("OPENAI_API_KEY");
-    if (env_key)
-        snprintf(hc.api_key, sizeof hc.api_key, "%s", env_key);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return EXIT_OK;
-        }
-        if (!strcmp(a, "--quiet")) {
-            ld.quiet = 1;
-            continue;
-        }
-        if (!strcmp(a, "--force")) {
-            force = 1;
-            continue;
-        }
-        int k = replay_config_flag(&ld.rcfg, argc, argv, &i, err);
-        if (k < 0) {
-            fprintf(stderr, "load: %s\n", err);
-            return EXIT_BADINPUT;
-        }
-        if (k > 0) {
-            i--; /* it advanced past its value; the loop adds one */
-            continue;
-        }
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) {
-            fprintf(stderr, "load: unknown flag or missing value: %s (see --help)\n", a);
-            return EXIT_BADINPUT;
-        }
-        i++;
-        int bad = 0;
-        if (!strcmp(a, "--url")) {
-            snprintf(hc.url, sizeof hc.url, "%s", v);
-            have_url = 1;
-        } else if (!strcmp(a, "--trace")) {
-            trace_path = v;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            out_dir = v;
-        } else if (!strcmp(a, "--endpoint")) {
-            if (!strcmp(v, "chat"))
-                hc.endpoint = HTTP_EP_CHAT;
-            else if (!strcmp(v, "completions"))
-                hc.endpoint = HTTP_EP_COMPLETIONS;
-            else
-                bad = 1;
-        } else if (!strcmp(a, "--prompt-mode")) {
-            if (!strcmp(v, "text"))
-                hc.prompt_mode = PROMPT_TEXT;
-            else if (!strcmp(v, "tokens"))
-                hc.prompt_mode = PROMPT_TOKENS;
-            else
-                bad = 1;
-        } else if (!strcmp(a, "--model")) {
-            snprintf(hc.model, sizeof hc.model, "%s", v);
-        } else if (!strcmp(a, "--api-key")) {
-            snprintf(hc.api_key, sizeof hc.api_key, "%s", v);
-        } else if (!strcmp(a, "--connect-timeout")) {
-            bad = parse_secs(v, &hc.connect_timeout_ns, err);
-        } else if (!strcmp(a, "--read-timeout")) {
-            bad = parse_secs(v, &hc.read_timeout_ns, err);
-        } else if (!strcmp(a, "--lag-threshold-ms")) {
-            char *e;
-            lag_threshold_ms = strtod(v, &e);
-            bad = *e || !(lag_threshold_ms > 0);
-        } else if (!strcmp(a, "--metrics-url")) {
-            snprintf(ld.metrics_url, sizeof ld.metrics_url, "%s", v);
-        } else if (!strcmp(a, "--tp")) {
-            char *e;
-            long x = strtol(v, &e, 10);
-            bad = *e || x < 1 || x > 1000000;
-            tp = (int)x;
-        } else if (!strcmp(a, "--gpus")) {
-            char *e;
-            long g = strtol(v, &e, 10);
-            bad = *e || g < 1 || g > 1000000;
-            gpus = (int)g;
-        } else {
-            fprintf(stderr, "load: unknown flag %s (see --help)\n", a);
-            return EXIT_BADINPUT;
-        }
-        if (bad) {
-            fprintf(stderr, "load: bad value for %s: '%s'%s%s\n", a, v, err[0] ? ": " : "", err);
-            return EXIT_BADINPUT;
-        }
-    }
-    if (!have_url || !trace_path || !out_dir) {
-        fprintf(stderr, "load: --url, --trace and -o are required (see --help)\n");
-        return EXIT_BADINPUT;
-    }
-    if (hc.prompt_mode == PROMPT_TOKENS && hc.endpoint != HTTP_EP_COMPLETIONS) {
-        fprintf(stderr, "load: --prompt-mode tokens needs --endpoint completions\n");
-        return EXIT_BADINPUT;
-    }
-    if (!tp)
-        tp = gpus;
-    if (gpus % tp) {
-        fprintf(stderr, "load: --gpus %d is not a multiple of --tp %d\n", gpus, tp);
-        return EXIT_BADINPUT;
-    }
-    hc.seed = ld.rcfg.seed;
-    hc.gpus = gpus;
-    ld.grace_ns = ld.rcfg.grace_ns;
-
-    struct trace_read_opts topts = {0};
-    struct trace *tr = trace_read(trace_path, &topts, err);
-    if (!tr) {
-        fprintf(stderr, "load: %s\n", err);
-        return EXIT_BADINPUT;
-    }
-    if (results_prepare_dir(out_dir, force, err)) {
-        fprintf(stderr, "load: %s\n", err);
-        trace_destroy(tr);
-        return EXIT_BADINPUT;
-    }
-    if (!hc.model[0] && http_target_fetch_model(&hc, hc.model, sizeof hc.model, err)) {
-        fprintf(stderr, "load: %s (give --model to skip this)\n", err);
-        trace_destroy(tr);
-        return EXIT_FAIL;
-    }
-
-    int rc = EXIT_FAIL;
-    char path[4096];
-    struct records_writer *rw = NULL;
-    FILE *tl = NULL;
-    struct lagstat ls;
-    memset(&ls, 0, sizeof ls);
-    ld.loop = loop_real_create();
-    ld.tg = ld.loop ? http_target_create(&hc, ld.loop, err) : NULL;
-    if (!ld.tg) {
-        fprintf(stderr, "load: %s\n", err[0] ? err : "cannot create the event loop");
-        rc = EXIT_BADINPUT;
-        goto out;
-    }
-    ld.rp = replay_create(&ld.rcfg, tr, ld.tg, ld.loop, err);
-    if (!ld.rp) {
-        fprintf(stderr, "load: %s\n", err);
-        rc = EXIT_BADINPUT;
-        goto out;
-    }
-    snprintf(path, sizeof path, "%s/requests.jsonl", out_dir);
-    rw = records_open(path, ld.rcfg.chunk_times, err);
-    if (!rw) {
-        fprintf(stderr, "load: %s\n", err);
-        goto out;
-    }
-    records_set_buffered(rw, RECORDS_BUFFER);
-    records_set_observer(rw, observe_record, &ls);
-    ld.rw = rw;
-    loop_at(ld.loop, &ld.flush_timer, loop_now(ld.loop) + RECORDS_FLUSH_NS, flush_cb, &ld);
-    snprintf(path, sizeof path, "%s/timeline.csv", out_dir);
-    tl = fopen(path, "w");
-    if (!tl) {
-        fprintf(stderr, "load: %s: %s\n", path, strerror(errno));
-        goto out;
-    }
-    replay_set_outputs(ld.rp, rw, tl);
-    replay_set_tick(ld.rp, tick_cb, &ld);
-    if (ld.metrics_url[0]) {
-        snprintf(path, sizeof path, "%s/metrics_timeline.jsonl", out_dir);
-        ld.mtl = fopen(path, "w");
-        loop_at(ld.loop, &ld.scrape_timer, loop_now(ld.loop), scrape_cb, &ld);
-    }
-    if (pipe2(ld.sig_pipe, O_NONBLOCK | O_CLOEXEC) == 0) {
-        g_sig_fd = ld.sig_pipe[1];
-        ld.sig_io.fd = ld.sig_pipe[0];
-        ld.sig_io.events = LOOP_READ;
-        ld.sig_io.cb = sig_cb;
-        ld.sig_io.arg = &ld;
-        loop_io_start(ld.loop, &ld.sig_io);
-        for (int k = g_early_sigs; k > 0; k--) {
-            char b = (char)SIGINT;
-            ssize_t w = write(g_sig_fd, &b, 1);
-            (void)w;
-        }
-    }
-    signal(SIGPIPE, SIG_IGN);
-    if (!ld.quiet)
-        fprintf(stderr, "load: %s (%s, model %s), %s, concurrency %d, duration %.0f s\n", hc.url,
-                hc.endpoint == HTTP_EP_CHAT ? "chat" : "completions", hc.model, trace_path,
-                ld.rcfg.concurrency, (double)ld.rcfg.duration_ns / 1e9);
-    if (replay_start(ld.rp)) {
-        fprintf(stderr, "load: the replay did not start\n");
-        goto out;
-    }
-    while (!replay_finished(ld.rp)) {
-        loop_run(ld.loop);
-        if (!replay_finished(ld.rp) && !ld.loop->stopped)
-            break; /* nothing left to wait for */
-    }
-    loop_cancel(ld.loop, &ld.scrape_timer);
-    loop_cancel(ld.loop, &ld.flush_timer);
-    loop_cancel(ld.loop, &ld.grace_timer);
-    loop_cancel(ld.loop, &ld.drain_timer);
-    g_sig_fd = -1;
-    /* Ignored while the results are written: a late signal must not leave
-     * records without their run.json. */
-    signal(SIGINT, SIG_IGN);
-    signal(SIGTERM, SIG_IGN);
-
-    struct metrics_summary sum;
-    struct replay_outcome oc;
-    replay_summarize(ld.rp, NULL, &sum, &oc);
-    if (ld.flush_err[0]) {
-        fprintf(stderr, "load: %s\n", ld.flush_err);
-        oc.partial = true;
-    }
-    if (records_close(rw, err)) {
-        fprintf(stderr, "load: %s\n", err);
-        oc.partial = true;
-    }
-    rw = NULL;
-    ld.rw = NULL;
-    fclose(tl);
-    tl = NULL;
-    metrics_stat_compute(ls.lags.v, ls.lags.n, &ls.lag_ms);
+    struct load *ld = arg;
+    const struct load_opts *o = ld->o;
+    metrics_stat_compute(ld->lags.v, ld->lags.n, &ld->lag_ms);
     struct http_target_counts cnt;
-    http_target_counts(ld.tg, &cnt);
-    bool degraded = ls.lag_ms.p99 > lag_threshold_ms;
-
-    char cmdline[4096];
-    size_t cl = 0;
-    cmdline[0] = 0;
-    for (int i = 0; i < argc && cl < sizeof cmdline - 2; i++)
-        cl += (size_t)snprintf(cmdline + cl, sizeof cmdline - cl, "%s%s", i ? " " : "agentreplay ", argv[i]);
-    char label[200];
-    snprintf(label, sizeof label, "live %s", hc.model);
-    json_t *cfgj = json_object();
-    json_object_set_new(cfgj, "replay", replay_config_json(&ld.rcfg));
-    json_object_set_new(cfgj, "load",
-                        json_pack("{s:s,s:s,s:s,s:f,s:f,s:f,s:s?}", "url", hc.url, "endpoint",
-                                  hc.endpoint == HTTP_EP_CHAT ? "chat" : "completions", "prompt_mode",
-                                  hc.prompt_mode == PROMPT_TOKENS ? "tokens" : "text",
-                                  "connect_timeout_s", (double)hc.connect_timeout_ns / 1e9,
-                                  "read_timeout_s", (double)hc.read_timeout_ns / 1e9,
-                                  "lag_threshold_ms", lag_threshold_ms, "metrics_url",
-                                  ld.metrics_url[0] ? ld.metrics_url : NULL));
-    struct run_info ri = {
-        .kind = "load",
-        .command = cmdline,
-        .label = label,
-        .gpus = gpus,
-        .tp = tp,
-        .replicas = gpus / tp,
-        .backend = "live",
-        .model = hc.model,
-        .gpu = NULL,
-        .seed = ld.rcfg.seed,
-        .concurrency = ld.rcfg.concurrency,
-        .duration_s = (double)ld.rcfg.duration_ns / 1e9,
-        .trace_path = trace_path,
-        .trace_format = trace_format_name(tr->format),
-        .trace_digest = tr->digest,
-        .trace_sessions = tr->n_sessions,
-        .trace_calls = tr->n_calls,
-        .engine_json = ld.tg->ops->describe_json ? ld.tg->ops->describe_json(ld.tg) : NULL,
-        .config_json = cfgj,
-    };
-    json_t *run = results_run_json(&ri, &sum, &oc, NULL);
-    double hit = ls.prompt_with_cache > 0 ? (double)ls.cached / (double)ls.prompt_with_cache : NAN;
+    http_target_counts(ld->tg, &cnt);
+    ld->degraded = ld->lag_ms.p99 > o->lag_threshold_ms;
+    double hit = ld->prompt_with_cache > 0 ? (double)ld->cached / (double)ld->prompt_with_cache : NAN;
     json_t *live = json_pack(
         "{s:s,s:{s:f,s:f,s:f,s:f,s:I},s:f,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
-        "url", hc.url, "schedule_lag_ms", "p50", ls.lag_ms.p50, "p99", ls.lag_ms.p99, "max",
-        ls.lag_max_ms, "mean", ls.lag_ms.mean, "n", (json_int_t)ls.lag_ms.n, "lag_threshold_ms",
-        lag_threshold_ms, "degraded", degraded, "prefix_hit_rate_achieved",
-        isfinite(hit) ? json_real(hit) : json_null(), "cached_tokens", (json_int_t)ls.cached,
-        "prompt_tokens_with_usage", (json_int_t)ls.prompt_with_cache, "records_with_usage",
-        (json_int_t)ls.with_usage, "usage_output_mismatch", (json_int_t)ls.usage_output_mismatch,
+        "url", o->hc.url, "schedule_lag_ms", "p50", ld->lag_ms.p50, "p99", ld->lag_ms.p99, "max",
+        ld->lag_max_ms, "mean", ld->lag_ms.mean, "n", (json_int_t)ld->lag_ms.n, "lag_threshold_ms",
+        o->lag_threshold_ms, "degraded", ld->degraded, "prefix_hit_rate_achieved",
+        isfinite(hit) ? json_real(hit) : json_null(), "cached_tokens", (json_int_t)ld->cached,
+        "prompt_tokens_with_usage", (json_int_t)ld->prompt_with_cache, "records_with_usage",
+        (json_int_t)ld->with_usage, "usage_output_mismatch", (json_int_t)ld->usage_output_mismatch,
         "http_errors", (json_int_t)cnt.http_errors, "transport_errors", (json_int_t)cnt.transport_errors,
         "timeouts", (json_int_t)cnt.timeouts, "malformed_streams", (json_int_t)cnt.malformed,
         "cancelled", (json_int_t)cnt.cancelled, "held_unsent", (json_int_t)cnt.held, "bytes_sent",
         (json_int_t)cnt.bytes_sent);
     json_object_set_new(live, "bytes_received", json_integer((json_int_t)cnt.bytes_received));
-    json_object_set_new(live, "interrupts", json_integer(ld.interrupts));
-    if (ld.metrics_url[0])
+    json_object_set_new(live, "interrupts", json_integer(res->interrupts));
+    if (o->metrics_url[0])
         json_object_set_new(live, "metrics_scrapes",
-                            json_pack("{s:s,s:I,s:I,s:s}", "url", ld.metrics_url, "ok",
-                                      (json_int_t)ld.scrapes, "failed", (json_int_t)ld.scrape_errors,
+                            json_pack("{s:s,s:I,s:I,s:s}", "url", o->metrics_url, "ok",
+                                      (json_int_t)ld->scrapes, "failed", (json_int_t)ld->scrape_errors,
                                       "file", "metrics_timeline.jsonl"));
-    json_object_set_new(run, "live", live);
-    if (results_write_json(out_dir, "run.json", run, err) ||
-        results_write_summary(out_dir, &ri, &sum, &oc, err)) {
-        fprintf(stderr, "load: %s\n", err);
-        json_decref(run);
-        goto out;
+    json_object_set_new((json_t *)run_json, "live", live);
+}
+
+/* The run's "config": the replayer's and the load generator's. */
+static json_t *config_json(const struct load_opts *o)
+{
+    const struct http_target_config *hc = &o->hc;
+    json_t *cfg = json_object();
+    json_object_set_new(cfg, "replay", replay_config_json(&o->rc));
+    json_object_set_new(cfg, "load",
+                        json_pack("{s:s,s:s,s:s,s:f,s:f,s:f,s:s?}", "url", hc->url, "endpoint",
+                                  hc->endpoint == HTTP_EP_CHAT ? "chat" : "completions", "prompt_mode",
+                                  hc->prompt_mode == PROMPT_TOKENS ? "tokens" : "text",
+                                  "connect_timeout_s", (double)hc->connect_timeout_ns / 1e9,
+                                  "read_timeout_s", (double)hc->read_timeout_ns / 1e9,
+                                  "lag_threshold_ms", o->lag_threshold_ms, "metrics_url",
+                                  o->metrics_url[0] ? o->metrics_url : NULL));
+    return cfg;
+}
+
+int load_cmd(int argc, char **argv)
+{
+    char err[ERR_LEN] = "";
+    /* A signal from here on still leaves a result folder: one that comes
+     * before the replay starts is acted on at its first turn. */
+    run_signals_install();
+    struct load_opts o;
+    int rc = cli_parse("load", &load_spec, &o, argc, argv, NULL, NULL);
+    if (rc >= 0)
+        return rc;
+    struct http_target_config *hc = &o.hc;
+    if (!o.url_given || !o.run.trace || !o.run.out)
+        return cli_bad("load", "--url, --trace and -o are required (see --help)");
+    if (o.run.slo.n_objectives)
+        return cli_bad("load", "--slo: percentile objectives are plan's; load takes per-request "
+                               "limits (ttft=MS,tpot=MS,e2el=MS)");
+    if (hc->prompt_mode == PROMPT_TOKENS && hc->endpoint != HTTP_EP_COMPLETIONS)
+        return cli_bad("load", "--prompt-mode tokens needs --endpoint completions");
+    if (!o.tp)
+        o.tp = o.gpus;
+    if (o.gpus % o.tp) {
+        snprintf(err, sizeof err, "--gpus %d is not a multiple of --tp %d", o.gpus, o.tp);
+        return cli_bad("load", err);
     }
-    snprintf(path, sizeof path, "%s/run.json", out_dir);
-    json_decref(run);
-    if (!ld.quiet)
+    hc->seed = o.rc.seed;
+    hc->gpus = o.gpus;
+
+    struct run_trace tr;
+    if (run_trace_load(&tr, o.run.trace, &o.run.tro, err))
+        return cli_bad("load", err);
+    if (results_prepare_dir(o.run.out, o.run.force, err)) {
+        run_trace_free(&tr);
+        return cli_bad("load", err);
+    }
+    if (!hc->model[0] && http_target_fetch_model(hc, hc->model, sizeof hc->model, err)) {
+        fprintf(stderr, "agentreplay load: %s (give --model to skip this)\n", err);
+        run_trace_free(&tr);
+        return EXIT_FAIL;
+    }
+    struct load ld = {.o = &o};
+    ld.loop = loop_real_create();
+    ld.tg = ld.loop ? http_target_create(hc, ld.loop, err) : NULL;
+    if (!ld.tg) {
+        cli_bad("load", err[0] ? err : "cannot create the event loop");
+        loop_destroy(ld.loop);
+        run_trace_free(&tr);
+        return EXIT_BADINPUT;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (!o.run.quiet)
+        fprintf(stderr, "load: %s (%s, model %s), %s, concurrency %d, duration %.0f s\n", hc->url,
+                hc->endpoint == HTTP_EP_CHAT ? "chat" : "completions", hc->model, o.run.trace,
+                o.rc.concurrency, (double)o.rc.duration_ns / 1e9);
+    char *cmd = cli_command_line(argc, argv);
+    char label[200];
+    snprintf(label, sizeof label, "live %s", hc->model);
+    struct run_spec s = {
+        .kind = "load",
+        .trace = &tr,
+        .rc = &o.rc,
+        .slo = &o.run.slo,
+        .dir = o.run.out,
+        .loop = ld.loop,
+        .tg = ld.tg,
+        .hold = http_target_hold,
+        .inflight = http_target_inflight,
+        .progress = o.run.quiet ? RUN_PROGRESS_NONE : RUN_PROGRESS_LINES,
+        .records_buffer = RECORDS_BUFFER,
+        .observe = observe_record,
+        .observe_arg = &ld,
+        .info = {.command = cmd,
+                 .label = label,
+                 .gpus = o.gpus,
+                 .tp = o.tp,
+                 .replicas = o.gpus / o.tp,
+                 .backend = "live",
+                 .model = hc->model,
+                 .seed = o.rc.seed,
+                 .concurrency = o.rc.concurrency,
+                 .duration_s = (double)o.rc.duration_ns / 1e9,
+                 .config_json = config_json(&o)},
+        .started = started,
+        .stopped = stopped,
+        .extend = extend,
+        .hook_arg = &ld,
+    };
+    struct run_result res;
+    void *run;
+    rc = run_replay(&s, &res, &run, err);
+    if (run && !o.run.quiet)
         fprintf(stderr,
                 "load: %s%llu calls (%llu errors, %llu cancelled); TTFT P90 %.1f ms, TPOT P90 %.2f ms, "
-                "interactivity P90 %.1f tok/s/user; schedule lag P99 %.3f ms%s; %s\n",
-                oc.interrupted ? "INTERRUPTED: " : "", (unsigned long long)sum.records,
-                (unsigned long long)sum.errors, (unsigned long long)sum.cancelled, sum.ttft_ms.p90,
-                sum.tpot_ms.p90, sum.interactivity.p90, ls.lag_ms.p99, degraded ? " (DEGRADED)" : "",
-                path);
-    rc = EXIT_OK;
-out:
-    if (rw)
-        records_close(rw, err);
-    if (tl)
-        fclose(tl);
+                "interactivity P90 %.1f tok/s/user; schedule lag P99 %.3f ms%s; %s/run.json\n",
+                res.out.interrupted ? "INTERRUPTED: " : "", (unsigned long long)res.sum.records,
+                (unsigned long long)res.sum.errors, (unsigned long long)res.sum.cancelled,
+                res.sum.ttft_ms.p90, res.sum.tpot_ms.p90, res.sum.interactivity.p90, ld.lag_ms.p99,
+                ld.degraded ? " (DEGRADED)" : "", o.run.out);
+    if (rc != EXIT_OK)
+        fprintf(stderr, "agentreplay load: %s\n", err);
+    json_decref(run);
     if (ld.mtl)
         fclose(ld.mtl);
-    dvec_free(&ls.lags);
-    replay_destroy(ld.rp);
+    dvec_free(&ld.lags);
     target_destroy(ld.tg);
-    if (ld.sig_pipe[0] >= 0) {
-        g_sig_fd = -1;
-        loop_io_stop(ld.loop, &ld.sig_io);
-        close(ld.sig_pipe[0]);
-        close(ld.sig_pipe[1]);
-    }
     loop_destroy(ld.loop);
-    trace_destroy(tr);
+    run_trace_free(&tr);
+    free(cmd);
     return rc;
 }

@@ -1,57 +1,130 @@
-/* trace_cmd.c: the `trace` command: stats, convert and synth.
+/* trace.c: the `trace` command: stats, convert and synth.
  *
  *   agentreplay trace stats PATH... [--json] [--format F] [--skip-bad]
  *   agentreplay trace convert IN -o OUT [--format F] [--skip-bad]
  *   agentreplay trace synth --sessions N --seed S -o OUT [distribution flags]
  */
-#include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "replay/cli/cli.h"
+#include "replay/run.h"
 #include "traces/trace.h"
 #include "traces/base/err.h"
 
-static void usage(FILE *f)
+struct stats_opts {
+    struct trace_read_opts tro;
+    bool json;
+};
+
+static const struct flag stats_flags[] = {
+    {"--json", 0, FLAG_BOOL, FLAG_AT(struct stats_opts, json), NULL,
+     "one JSON object per trace", .value = true},
+    FLAG_END,
+};
+
+#define FORMATS_NOTE                                                                       \
+    "Formats: auto (by content), agentx, mooncake, azure, burstgpt, native.\n"              \
+    "PATH may be a folder of AgentX *.json files (one session tree each)."
+
+const struct flag_spec trace_stats_spec = {
+    .usage = "agentreplay trace stats PATH... [--json] [--format F] [--skip-bad]",
+    .about = "Calls, sessions, token and think-time percentiles, duration and the\n"
+             "theoretical prefix-cache hit rate of each trace.",
+    .operands = "PATH...",
+    .min_operands = 1,
+    .max_operands = -1,
+    .size = sizeof(struct stats_opts),
+    .groups = {{"stats", stats_flags, 0},
+               {NULL, trace_read_flags, offsetof(struct stats_opts, tro)}},
+    .notes = FORMATS_NOTE,
+};
+
+struct convert_opts {
+    struct trace_read_opts tro;
+    const char *out;
+};
+
+static const struct flag convert_flags[] = {
+    {"--out", 'o', FLAG_STR, FLAG_AT(struct convert_opts, out), "OUT",
+     "the native trace written (required)", .def = NULL},
+    FLAG_END,
+};
+
+const struct flag_spec trace_convert_spec = {
+    .usage = "agentreplay trace convert IN -o OUT [--format F] [--skip-bad]",
+    .about = "Writes a trace in the native format (traces/FORMAT.md).",
+    .operands = "IN",
+    .min_operands = 1,
+    .max_operands = 1,
+    .size = sizeof(struct convert_opts),
+    .groups = {{"convert", convert_flags, 0},
+               {NULL, trace_read_flags, offsetof(struct convert_opts, tro)}},
+    .notes = FORMATS_NOTE,
+};
+
+struct synth_opts {
+    struct trace_synth_params p;
+    const char *out;
+    int64_t sessions, subagent_calls;
+};
+
+static void synth_init(void *opts)
 {
-    fprintf(f,
-            "usage: agentreplay trace stats PATH... [--json] [--format F] [--skip-bad]\n"
-            "       agentreplay trace convert IN -o OUT [--format F] [--skip-bad]\n"
-            "       agentreplay trace synth --sessions N --seed S -o OUT [flags]\n"
-            "formats: auto (default, by content), agentx, mooncake, azure, burstgpt, native\n"
-            "PATH may be a folder of AgentX *.json files (one session tree each).\n"
-            "synth flags (defaults from the public agentic traces):\n"
-            "  --block-size N      --initial-mu X --initial-sigma X\n"
-            "  --calls-mu X --calls-sigma X    --growth-mu X --growth-sigma X\n"
-            "  --output-mu X --output-sigma X  --think-mu X --think-sigma X\n"
-            "  --think-max S       --api-per-ktok S  --subagent-p P\n"
-            "  --subagent-calls N  --subagent-initial N  --compact-p P\n"
-            "  --compact-keep F    --max-prompt N  --model NAME  --subagent-model NAME\n");
+    struct synth_opts *o = opts;
+    trace_synth_defaults(&o->p);
+    o->subagent_calls = o->p.subagent_calls_mean;
 }
 
-static int parse_u64(const char *s, uint64_t *v)
-{
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (!*s || *end || errno || *s == '-')
-        return -1;
-    *v = x;
-    return 0;
-}
+#define O struct synth_opts
+#define DIST(flag, member, what)                                                           \
+    {flag, 0, FLAG_DOUBLE, FLAG_AT(O, p.member), "X", what, .fmin = -DBL_MAX, .fmax = DBL_MAX}
+static const struct flag synth_flags[] = {
+    {"--sessions", 0, FLAG_INT64, FLAG_AT(O, sessions), NULL, "root sessions (required)",
+     .def = "", .min = 1, .max = 10000000},
+    {"--seed", 0, FLAG_U64, FLAG_AT(O, p.seed), "S", "random seed", .def = NULL},
+    {"--out", 'o', FLAG_STR, FLAG_AT(O, out), "OUT", "the native trace written (required)", .def = NULL},
+    {"--block-size", 0, FLAG_INT64, FLAG_AT(O, p.block_size), NULL, "tokens per block",
+     .min = 0, .max = INT64_MAX},
+    DIST("--initial-mu", initial_mu, "lognormal first prompt (tokens): mu"),
+    DIST("--initial-sigma", initial_sigma, "lognormal first prompt: sigma"),
+    DIST("--calls-mu", calls_mu, "lognormal calls per root session: mu"),
+    DIST("--calls-sigma", calls_sigma, "lognormal calls per root session: sigma"),
+    DIST("--growth-mu", growth_mu, "lognormal new tokens per call: mu"),
+    DIST("--growth-sigma", growth_sigma, "lognormal new tokens per call: sigma"),
+    DIST("--output-mu", output_mu, "lognormal output tokens: mu"),
+    DIST("--output-sigma", output_sigma, "lognormal output tokens: sigma"),
+    DIST("--think-mu", think_mu, "lognormal think time (s): mu"),
+    DIST("--think-sigma", think_sigma, "lognormal think time: sigma"),
+    DIST("--think-max", think_max_s, "cap on one think time (s)"),
+    DIST("--api-per-ktok", api_s_per_ktok, "recorded api time per 1k output tokens (s)"),
+    DIST("--subagent-p", subagent_p, "chance a call forks a subagent"),
+    {"--subagent-calls", 0, FLAG_INT64, FLAG_AT(O, subagent_calls), NULL,
+     "mean calls of a subagent (at most 100000 used)", .min = 0, .max = INT64_MAX},
+    DIST("--subagent-initial", subagent_initial, "subagent first prompt (tokens)"),
+    DIST("--compact-p", compact_p, "chance a call compacts its context"),
+    DIST("--compact-keep", compact_keep, "fraction a compaction keeps"),
+    {"--max-prompt", 0, FLAG_INT64, FLAG_AT(O, p.max_prompt), NULL, "context limit (tokens)",
+     .min = 0, .max = INT64_MAX},
+    {"--model", 0, FLAG_STR, FLAG_AT(O, p.model), "NAME", "model name recorded", .def = NULL},
+    {"--subagent-model", 0, FLAG_STR, FLAG_AT(O, p.subagent_model), "NAME",
+     "subagents' model name recorded", .def = NULL},
+    FLAG_END,
+};
+#undef DIST
 
-static int parse_double(const char *s, double *v)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (!*s || *end || errno || x != x)
-        return -1;
-    *v = x;
-    return 0;
-}
+const struct flag_spec trace_synth_spec = {
+    .usage = "agentreplay trace synth --sessions N [--seed S] -o OUT [flags]",
+    .about = "A synthetic agentic trace in the native format; the distributions'\n"
+             "defaults come from the public agentic traces.",
+    .size = sizeof(O),
+    .init = synth_init,
+    .groups = {{"synth", synth_flags, 0}},
+};
+#undef O
 
 static void print_p(const char *what, const double p[5], const char *unit)
 {
@@ -59,41 +132,18 @@ static void print_p(const char *what, const double p[5], const char *unit)
            p[2], p[3], p[4], unit);
 }
 
-static int cmd_stats(int argc, char **argv)
+int trace_cmd_stats(int argc, char **argv)
 {
-    struct trace_read_opts o = {0};
-    bool json = false;
+    struct stats_opts so;
     const char **paths = calloc((size_t)argc + 1, sizeof *paths);
     int n = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
-            json = true;
-        } else if (!strcmp(argv[i], "--skip-bad")) {
-            o.skip_bad = true;
-        } else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
-            if (trace_format_parse(argv[++i], &o.format)) {
-                fprintf(stderr, "trace stats: unknown format '%s'\n", argv[i]);
-                free(paths);
-                return EXIT_BADINPUT;
-            }
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            free(paths);
-            return EXIT_OK;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "trace stats: unknown flag '%s'\n", argv[i]);
-            usage(stderr);
-            free(paths);
-            return EXIT_BADINPUT;
-        } else {
-            paths[n++] = argv[i];
-        }
-    }
-    if (!n) {
-        usage(stderr);
+    int prc = cli_parse("trace stats", &trace_stats_spec, &so, argc, argv, paths, &n);
+    if (prc >= 0) {
         free(paths);
-        return EXIT_BADINPUT;
+        return prc;
     }
+    const struct trace_read_opts o = so.tro;
+    bool json = so.json;
     int rc = EXIT_OK;
     for (int i = 0; i < n; i++) {
         char err[ERR_LEN];
@@ -143,34 +193,18 @@ static int cmd_stats(int argc, char **argv)
     return rc;
 }
 
-static int cmd_convert(int argc, char **argv)
+int trace_cmd_convert(int argc, char **argv)
 {
-    struct trace_read_opts o = {0};
-    const char *in = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(argv[i], "--skip-bad")) {
-            o.skip_bad = true;
-        } else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
-            if (trace_format_parse(argv[++i], &o.format)) {
-                fprintf(stderr, "trace convert: unknown format '%s'\n", argv[i]);
-                return EXIT_BADINPUT;
-            }
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "trace convert: unknown flag '%s'\n", argv[i]);
-            return EXIT_BADINPUT;
-        } else if (!in) {
-            in = argv[i];
-        } else {
-            fprintf(stderr, "trace convert: one input only\n");
-            return EXIT_BADINPUT;
-        }
-    }
-    if (!in || !out) {
-        usage(stderr);
-        return EXIT_BADINPUT;
-    }
+    struct convert_opts co;
+    const char *ops[1];
+    int n;
+    int rc = cli_parse("trace convert", &trace_convert_spec, &co, argc, argv, ops, &n);
+    if (rc >= 0)
+        return rc;
+    if (!co.out)
+        return cli_bad("trace convert", "-o OUT is required");
+    const struct trace_read_opts o = co.tro;
+    const char *in = ops[0], *out = co.out;
     char err[ERR_LEN];
     struct trace *t = trace_read(in, &o, err);
     if (!t) {
@@ -180,7 +214,7 @@ static int cmd_convert(int argc, char **argv)
     if (t->skipped_records)
         fprintf(stderr, "agentreplay: %s: skipped %llu bad records\n", in,
                 (unsigned long long)t->skipped_records);
-    int rc = trace_write_native(t, out, err);
+    rc = trace_write_native(t, out, err);
     if (rc)
         fprintf(stderr, "agentreplay: %s\n", err);
     else
@@ -190,97 +224,25 @@ static int cmd_convert(int argc, char **argv)
     return rc ? EXIT_FAIL : EXIT_OK;
 }
 
-static int cmd_synth(int argc, char **argv)
+int trace_cmd_synth(int argc, char **argv)
 {
-    struct trace_synth_params p;
-    trace_synth_defaults(&p);
-    const char *out = NULL;
-    bool have_n = false;
-    struct {
-        const char *flag;
-        double *d;
-    } dflags[] = {
-        {"--initial-mu", &p.initial_mu}, {"--initial-sigma", &p.initial_sigma},
-        {"--calls-mu", &p.calls_mu},     {"--calls-sigma", &p.calls_sigma},
-        {"--growth-mu", &p.growth_mu},   {"--growth-sigma", &p.growth_sigma},
-        {"--output-mu", &p.output_mu},   {"--output-sigma", &p.output_sigma},
-        {"--think-mu", &p.think_mu},     {"--think-sigma", &p.think_sigma},
-        {"--think-max", &p.think_max_s}, {"--api-per-ktok", &p.api_s_per_ktok},
-        {"--subagent-p", &p.subagent_p}, {"--subagent-initial", &p.subagent_initial},
-        {"--compact-p", &p.compact_p},   {"--compact-keep", &p.compact_keep},
-    };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t u;
-        double d;
-        bool done = false;
-        for (size_t k = 0; k < ARRAY_LEN(dflags) && !done; k++) {
-            if (strcmp(a, dflags[k].flag))
-                continue;
-            if (!v || parse_double(v, &d)) {
-                fprintf(stderr, "trace synth: %s wants a number\n", a);
-                return EXIT_BADINPUT;
-            }
-            *dflags[k].d = d;
-            i++;
-            done = true;
-        }
-        if (done)
-            continue;
-        if (!strcmp(a, "-o") && v) {
-            out = v;
-            i++;
-        } else if (!strcmp(a, "--model") && v) {
-            p.model = v;
-            i++;
-        } else if (!strcmp(a, "--subagent-model") && v) {
-            p.subagent_model = v;
-            i++;
-        } else if ((!strcmp(a, "--sessions") || !strcmp(a, "--seed") ||
-                    !strcmp(a, "--block-size") || !strcmp(a, "--subagent-calls") ||
-                    !strcmp(a, "--max-prompt")) && v) {
-            if (parse_u64(v, &u)) {
-                fprintf(stderr, "trace synth: %s wants a non-negative integer\n", a);
-                return EXIT_BADINPUT;
-            }
-            if (!strcmp(a, "--sessions")) {
-                if (u == 0 || u > 10000000) {
-                    fprintf(stderr, "trace synth: --sessions must be 1 .. 1e7\n");
-                    return EXIT_BADINPUT;
-                }
-                p.sessions = (uint32_t)u;
-                have_n = true;
-            } else if (!strcmp(a, "--seed")) {
-                p.seed = u;
-            } else if (!strcmp(a, "--block-size")) {
-                p.block_size = (int64_t)u;
-            } else if (!strcmp(a, "--subagent-calls")) {
-                p.subagent_calls_mean = (uint32_t)(u > 100000 ? 100000 : u);
-            } else {
-                p.max_prompt = (int64_t)u;
-            }
-            i++;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return EXIT_OK;
-        } else {
-            fprintf(stderr, "trace synth: unknown or incomplete flag '%s'\n", a);
-            usage(stderr);
-            return EXIT_BADINPUT;
-        }
-    }
-    if (!out || !have_n) {
-        fprintf(stderr, "trace synth: --sessions N and -o OUT are required\n");
-        return EXIT_BADINPUT;
-    }
+    struct synth_opts so;
+    int rc = cli_parse("trace synth", &trace_synth_spec, &so, argc, argv, NULL, NULL);
+    if (rc >= 0)
+        return rc;
+    if (!so.out || !so.sessions)
+        return cli_bad("trace synth", "--sessions N and -o OUT are required");
+    struct trace_synth_params p = so.p;
+    p.sessions = (uint32_t)so.sessions;
+    p.subagent_calls_mean = (uint32_t)(so.subagent_calls > 100000 ? 100000 : so.subagent_calls);
+    const char *out = so.out;
     char err[ERR_LEN];
     struct trace *t = trace_synth(&p, err);
     if (!t) {
         fprintf(stderr, "trace synth: %s\n", err);
         return EXIT_BADINPUT;
     }
-    int rc = trace_write_native(t, out, err);
+    rc = trace_write_native(t, out, err);
     if (rc)
         fprintf(stderr, "agentreplay: %s\n", err);
     else
@@ -290,23 +252,4 @@ static int cmd_synth(int argc, char **argv)
     return rc ? EXIT_FAIL : EXIT_OK;
 }
 
-int trace_cmd(int argc, char **argv)
-{
-    if (argc < 2) {
-        usage(stderr);
-        return EXIT_BADINPUT;
-    }
-    if (!strcmp(argv[1], "stats"))
-        return cmd_stats(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "convert"))
-        return cmd_convert(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "synth"))
-        return cmd_synth(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        usage(stdout);
-        return EXIT_OK;
-    }
-    fprintf(stderr, "trace: unknown subcommand '%s'\n", argv[1]);
-    usage(stderr);
-    return EXIT_BADINPUT;
-}
+int trace_cmd(int argc, char **argv) { return cli_dispatch("trace", argc, argv); }

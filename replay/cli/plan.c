@@ -1,0 +1,277 @@
+/* plan.c: `agentreplay plan`: the most live sessions each layout and
+ * decode path sustains under percentile objectives (--slo), or the fewest
+ * GPUs that sustain a number of sessions; a search over simulated runs. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay/cli/cli.h"
+#include "replay/cli/points.h"
+#include "replay/results.h"
+#include "replay/run.h"
+#include "traces/base/err.h"
+#include "traces/base/time_ns.h"
+
+struct plan_opts {
+    struct points_opts co;
+    int max_conc, sessions, max_gpus;
+};
+
+static void plan_init(void *opts)
+{
+    struct plan_opts *o = opts;
+    points_init(&o->co);
+    o->co.base.rc.duration_ns = 900 * NS_PER_S;
+    o->max_conc = 256;
+    o->max_gpus = 1024;
+}
+
+#define O struct plan_opts
+static const struct flag plan_flags[] = {
+    {"--max-concurrency", 0, FLAG_INT, FLAG_AT(O, max_conc), NULL,
+     "the largest concurrency tried", .min = 1, .max = 1000000},
+    {"--sessions", 0, FLAG_INT, FLAG_AT(O, sessions), NULL,
+     "find the fewest GPUs (of --gpu, TP --tp) for N\nlive sessions", .def = "", .min = 1,
+     .max = 1000000},
+    {"--max-gpus", 0, FLAG_INT, FLAG_AT(O, max_gpus), "G", "with --sessions: the most GPUs tried",
+     .min = 1, .max = 1000000},
+    FLAG_END,
+};
+
+const struct flag_spec plan_spec = {
+    .usage = "agentreplay plan [--trace PATH] --slo interactivity_p90=100,ttft_p90_ms=2000\n"
+             "    [--layout 16x1,8x2] [--backend auto,latency_specialized] [--max-concurrency N]\n"
+             "    [--sessions N --tp T [--max-gpus G]] [flags] [-o DIR]",
+    .about = "Without --sessions: the most live sessions each layout and decode path sustains\n"
+             "at the engine's GPU count (search over concurrency: doubling, then bisection).\n"
+             "With --sessions N: the fewest GPUs (of the --gpu kind, TP size --tp) that\n"
+             "sustain N live sessions. Prints the answer with the runs that bracket it.\n"
+             "Objectives (--slo): interactivity_pXX (>=, tok/s/user), ttft_pXX_ms,\n"
+             "tpot_pXX_ms, e2el_pXX_ms (<=), with XX in 50, 75, 90, 95, 99; per-request\n"
+             "limits (ttft=MS...) add goodput to each run.",
+    .size = sizeof(O),
+    .init = plan_init,
+    .groups = {{"plan", plan_flags, 0},
+               {NULL, grid_flags, offsetof(O, co.grid)},
+               POINTS_GROUPS(O, co)},
+};
+#undef O
+
+struct plan_run {
+    int x;                      /* concurrency or replicas */
+    bool pass;
+    double v[METRICS_SLO_OBJECTIVES];
+};
+
+struct plan_state {
+    const struct run_env *env;
+    const struct metrics_slo *slo;
+    const char *out;
+    struct plan_run runs[64];
+    int n_runs;
+};
+
+static int plan_eval(struct plan_state *ps, struct run_point *p, int x, bool *pass, char *err)
+{
+    for (int i = 0; i < ps->n_runs; i++)
+        if (ps->runs[i].x == x) {
+            *pass = ps->runs[i].pass;
+            return 0;
+        }
+    if (ps->out) {
+        char dn[256];
+        run_point_dirname(p->label, p->rc.concurrency, dn, sizeof dn);
+        if (p->ec.gpus)
+            snprintf(p->dir, sizeof p->dir, "%s/%dgpu-%s", ps->out, p->ec.gpus, dn);
+        if (results_prepare_dir(p->dir, true, err))
+            return -1;
+    } else {
+        p->dir[0] = 0;
+    }
+    void *run = NULL;
+    int rc = run_point_exec(ps->env, p, &run, err);
+    if (rc != EXIT_OK) {
+        json_decref(run);
+        return -1;
+    }
+    struct plan_run *r = &ps->runs[ps->n_runs < 64 ? ps->n_runs++ : 63];
+    r->x = x;
+    r->pass = results_num(run, "metrics.requests.completed") > 0;
+    for (int i = 0; i < ps->slo->n_objectives; i++) {
+        const struct metrics_objective *ob = &ps->slo->objectives[i];
+        double v = results_num(run, ob->path);
+        r->v[i] = v;
+        if (!isfinite(v) || (ob->at_least ? v < ob->limit : v > ob->limit))
+            r->pass = false;
+    }
+    json_decref(run);
+    *pass = r->pass;
+    return 0;
+}
+
+static void plan_print_run(const struct plan_state *ps, int x, const char *what)
+{
+    for (int i = 0; i < ps->n_runs; i++) {
+        if (ps->runs[i].x != x)
+            continue;
+        printf("    %s %-4d %s:", what, x, ps->runs[i].pass ? "pass" : "FAIL");
+        for (int k = 0; k < ps->slo->n_objectives; k++)
+            printf("  %s %.1f", ps->slo->objectives[k].name, ps->runs[i].v[k]);
+        printf("\n");
+    }
+}
+
+/* Sets the searched quantity: replicas (at p's TP) or concurrency. */
+static void plan_set(struct run_point *p, bool by_replicas, int x)
+{
+    if (by_replicas) {
+        p->ec.gpus = p->ec.tp * x;
+        run_point_label(p);
+    } else {
+        p->rc.concurrency = x;
+    }
+}
+
+/* Largest x in [1, max] that passes, assuming passing is monotone (more
+ * load: worse). Returns it (0: none), with the failing neighbour in *fail
+ * (0: not reached). By replicas: the smallest passing count (0: none),
+ * the largest failing one in *fail. */
+static int plan_search(struct plan_state *ps, struct run_point *p, int max, bool by_replicas,
+                       int *fail, char *err)
+{
+    int lo = 0, hi = 0, x = 1;
+    for (;;) {
+        bool pass;
+        plan_set(p, by_replicas, x);
+        if (plan_eval(ps, p, x, &pass, err))
+            return -1;
+        if (by_replicas ? !pass : pass) {
+            lo = x;
+        } else {
+            hi = x;
+            break;
+        }
+        if (x >= max)
+            break;
+        x = x * 2 > max ? max : x * 2;
+    }
+    while (hi && hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        bool pass;
+        plan_set(p, by_replicas, mid);
+        if (plan_eval(ps, p, mid, &pass, err))
+            return -1;
+        if (by_replicas ? !pass : pass)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (by_replicas) {
+        *fail = lo;
+        return hi;
+    }
+    *fail = hi;
+    return lo;
+}
+
+/* The most sessions of each layout and decode path. */
+static int plan_sessions(const struct plan_opts *o, const struct run_env *env, char *err)
+{
+    const struct points_opts *co = &o->co;
+    const struct grid *g = &co->grid;
+    for (int a = 0; a < g->n_layout; a++)
+        for (int b = 0; b < g->backend.n; b++) {
+            struct plan_state ps = {.env = env, .slo = &co->run.slo, .out = co->run.out};
+            struct run_point p = co->base;
+            p.ec.tp = g->tp[a];
+            p.ec.gpus = g->tp[a] * g->rep[a];
+            p.ec.backend = (enum engine_backend)g->backend.v[b];
+            run_point_label(&p);
+            int fail = 0;
+            int best = plan_search(&ps, &p, o->max_conc, false, &fail, err);
+            if (best < 0)
+                return strstr(err, "interrupted") ? EXIT_FAIL : EXIT_BADINPUT;
+            printf("%-32s %d GPUs: %d live sessions%s\n", p.label, p.ec.gpus, best,
+                   fail ? "" : " (or more: not bracketed, raise --max-concurrency)");
+            if (best)
+                plan_print_run(&ps, best, "c =");
+            if (fail)
+                plan_print_run(&ps, fail, "c =");
+        }
+    return EXIT_OK;
+}
+
+/* The fewest GPUs for o->sessions live sessions, per decode path. */
+static int plan_gpus(const struct plan_opts *o, const struct run_env *env, char *err)
+{
+    const struct points_opts *co = &o->co;
+    const struct grid *g = &co->grid;
+    int tp = co->base.ec.tp;
+    for (int b = 0; b < g->backend.n; b++) {
+        struct plan_state ps = {.env = env, .slo = &co->run.slo, .out = co->run.out};
+        struct run_point p = co->base;
+        p.ec.tp = tp;
+        p.ec.backend = (enum engine_backend)g->backend.v[b];
+        p.rc.concurrency = o->sessions;
+        int fail = 0;
+        int reps = plan_search(&ps, &p, o->max_gpus / (tp > 0 ? tp : 1), true, &fail, err);
+        if (reps < 0)
+            return strstr(err, "interrupted") ? EXIT_FAIL : EXIT_BADINPUT;
+        const char *be = engine_backend_name(p.ec.backend);
+        if (!reps) {
+            printf("%s TP%d: no GPU count up to %d sustains %d sessions\n", be, tp, o->max_gpus,
+                   o->sessions);
+        } else {
+            printf("%s TP%d: fewest GPUs for %d live sessions: %d (%d replicas)\n", be, tp,
+                   o->sessions, reps * tp, reps);
+            plan_print_run(&ps, reps, "replicas =");
+            if (reps > 1)
+                plan_print_run(&ps, reps - 1, "replicas =");
+        }
+    }
+    return EXIT_OK;
+}
+
+int replay_cmd_plan(int argc, char **argv)
+{
+    char err[ERR_LEN] = "";
+    struct plan_opts o;
+    int rc = points_parse("plan", &plan_spec, &o, &o.co, argc, argv, true);
+    if (rc >= 0)
+        return rc;
+    struct points_opts *co = &o.co;
+    const struct metrics_slo *slo = &co->run.slo;
+    if (!slo->n_objectives)
+        return cli_bad("plan", "--slo with a percentile objective is required (e.g. "
+                               "interactivity_p90=100,ttft_p90_ms=2000)");
+    if (grid_complete(&co->grid, &co->base, false, err))
+        return cli_bad("plan", err);
+    if (co->run.out && results_prepare_dir(co->run.out, co->run.force, err))
+        return cli_bad("plan", err);
+    char *cmd = cli_command_line(argc, argv);
+    struct run_trace tr;
+    struct run_env env = {.trace = &tr, .command = cmd, .chrome_kernel_step = -1};
+    if (run_trace_load(&tr, co->run.trace, &co->run.tro, err)) {
+        free(cmd);
+        return cli_bad("plan", err);
+    }
+    run_signals_install();
+    printf("plan: SLO");
+    for (int k = 0; k < slo->n_objectives; k++)
+        printf(" %s %s %g", slo->objectives[k].name, slo->objectives[k].at_least ? ">=" : "<=",
+               slo->objectives[k].limit);
+    printf("; %s %s, %.0f s per run\n", co->base.ec.model, co->base.ec.gpu,
+           (double)co->base.rc.duration_ns / 1e9);
+    rc = o.sessions ? plan_gpus(&o, &env, err) : plan_sessions(&o, &env, err);
+    if (rc != EXIT_OK)
+        fprintf(stderr, "agentreplay plan: %s\n", err);
+    else if (run_interrupted()) {
+        fprintf(stderr, "agentreplay plan: interrupted\n");
+        rc = EXIT_FAIL;
+    }
+    run_trace_free(&tr);
+    free(cmd);
+    return rc;
+}
