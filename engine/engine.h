@@ -52,6 +52,7 @@
 
 #include "engine/clock/loop.h"
 #include "engine/target.h"
+#include "traces/base/flags.h"
 
 struct engine;
 
@@ -100,12 +101,10 @@ struct engine_config {
 };
 
 void engine_config_defaults(struct engine_config *c);
-/* Parses one engine flag at argv[*i] (e.g. "--gpus", "16"); advances *i.
- * Returns 1 if consumed, 0 if not an engine flag, -1 on a bad value. */
-int engine_config_flag(struct engine_config *c, int argc, char **argv, int *i,
-                       char *err);
-/* The engine flags, for --help texts. */
-extern const char engine_flags_help[];
+/* The engine flags every command shares, as a table into struct
+ * engine_config (traces/base/flags.h), and the --backend names. */
+extern const struct flag engine_flags[];
+extern const struct flag_choice engine_backend_choices[];
 
 /* Validates the layout and memory; on failure a message with the numbers. */
 struct engine *engine_create(const struct engine_config *c, struct loop *l,

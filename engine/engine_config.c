@@ -100,12 +100,6 @@ const struct flag engine_flags[] = {
 };
 #undef EC
 
-/* One engine flag at argv[*i] (the engine tests' entry point). */
-int engine_config_flag(struct engine_config *c, int argc, char **argv, int *i, char *err)
-{
-    return flags_parse_one(engine_flags, c, argc, argv, i, err);
-}
-
 const char *engine_backend_name(enum engine_backend b)
 {
     return b == ENGINE_BACKEND_LATENCY_SPECIALIZED ? "latency_specialized" : "auto";

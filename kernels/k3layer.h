@@ -194,7 +194,7 @@ int k3_attn_width(const struct k3_shape *s, enum k3_kind k); /* o_proj input */
 /* ---- the two paths --------------------------------------------------- */
 
 /* Operation ids (each is one kernel launch on the GPU). The names are
- * the engine's (engine/cost.c, engine/CALIBRATION.md): the same name on
+ * the engine's (engine/cost_kernels.c, engine/CALIBRATION.md): the same name on
  * both paths may be a different kernel (the fused path's router GEMM also
  * normalizes its input, for instance); calibration entries are per path. */
 enum k3_op_id {

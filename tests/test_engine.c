@@ -484,12 +484,12 @@ static void test_bad_input(void)
     char *argv1[] = {"x", "--block-size", "-16"};
     int i = 1;
     engine_config_defaults(&c);
-    CHECK(engine_config_flag(&c, 3, argv1, &i, err) == -1 && strstr(err, "-16") &&
+    CHECK(flags_parse_one(engine_flags, &c, 3, argv1, &i, err) == -1 && strstr(err, "-16") &&
               strstr(err, "at least 1"), "negative block size names the value and the limit");
     char *argv2[] = {"x", "--gpus=32", "--unknown"};
     i = 1;
-    CHECK(engine_config_flag(&c, 3, argv2, &i, err) == 1 && c.gpus == 32 && i == 2, "--gpus=32");
-    CHECK(engine_config_flag(&c, 3, argv2, &i, err) == 0, "unknown flags are not consumed");
+    CHECK(flags_parse_one(engine_flags, &c, 3, argv2, &i, err) == 1 && c.gpus == 32 && i == 2, "--gpus=32");
+    CHECK(flags_parse_one(engine_flags, &c, 3, argv2, &i, err) == 0, "unknown flags are not consumed");
 
     /* A request that can never fit, and one too long. */
     engine_config_defaults(&c);

@@ -34,11 +34,6 @@ int cli_bad(const char *cmd, const char *msg);
 /* "agentreplay" and argv joined by spaces (run.json's command; malloc'ed). */
 char *cli_command_line(int argc, char **argv);
 
-/* The engine's flag table and its --backend names (engine/engine_config.c;
- * struct engine_config). */
-extern const struct flag engine_flags[];
-extern const struct flag_choice engine_backend_choices[];
-
 int replay_cmd_sim(int argc, char **argv);       /* sim.c */
 int replay_cmd_sweep(int argc, char **argv);     /* sweep.c */
 int replay_cmd_plan(int argc, char **argv);      /* plan.c */

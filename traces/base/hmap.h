@@ -10,9 +10,10 @@
  * value, 0 included.
  *
  * The hot paths keep their own tables, each with a comment saying why:
- * the KV cache's block index (engine/kvcache.c), the pricer's memo
- * (engine/cost_memo.c), the session hints (engine/sched.c) and the trace
- * reader's string and prefix tables (traces/trace.c).
+ * the KV cache's block index and park tags (engine/kvcache.c), the grid
+ * prices (engine/pricer.c), the per-shape memo (engine/cost_memo.c), the
+ * session hints (engine/handoff.c) and the trace builder's string and
+ * prefix tables (traces/trace_builder.c).
  */
 #ifndef BASE_HMAP_H
 #define BASE_HMAP_H
