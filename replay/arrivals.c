@@ -44,27 +44,27 @@ static struct replay_call *next_call(struct arrivals *a, int64_t intended_ns)
     struct replay *rp = a->rp;
     uint32_t ci = a->order[a->cursor];
     const struct trace_call *c = &rp->tr->calls[ci];
-    struct replay_call *k = replay_call_new(rp, c, c->index, cache_key(rp, c), intended_ns);
+    struct replay_call *call = replay_call_new(rp, c, c->index, cache_key(rp, c), intended_ns);
     const char *name = trace_str(rp->tr, rp->tr->sessions[c->session].name);
     if (name)
-        snprintf(k->session_name, sizeof k->session_name, "%s@%lld", name, (long long)a->cycle);
+        snprintf(call->session_name, sizeof call->session_name, "%s@%lld", name, (long long)a->cycle);
     else
-        snprintf(k->session_name, sizeof k->session_name, "s%u@%lld", c->session,
+        snprintf(call->session_name, sizeof call->session_name, "s%u@%lld", c->session,
                  (long long)a->cycle);
-    k->session_uid = hash_mix(hash_mix(0x0be11, (uint64_t)a->cycle + 1), (uint64_t)c->session + 1);
-    k->tree = a->cycle;
+    call->session_uid = hash_mix(hash_mix(0x0be11, (uint64_t)a->cycle + 1), (uint64_t)c->session + 1);
+    call->tree = a->cycle;
     if (++a->cursor == a->n_order) {
         a->cursor = 0;
         a->cycle++;
         if (rp->cfg.mode == REPLAY_MODE_TIMESTAMP)
             a->done = true;
     }
-    return k;
+    return call;
 }
 
-static void on_arrival(struct loop *l, struct loop_timer *t)
+static void on_arrival(struct loop *l, struct loop_timer *tm)
 {
-    struct arrivals *a = t->arg;
+    struct arrivals *a = tm->arg;
     struct replay *rp = a->rp;
     if (rp->stopping)
         return;
@@ -72,7 +72,7 @@ static void on_arrival(struct loop *l, struct loop_timer *t)
      * clock a stalled generator must show as schedule lag, not as fewer
      * arrivals (wrk2's coordinated-omission rule). */
     int64_t intended = a->next_ns;
-    struct replay_call *k = next_call(a, intended);
+    struct replay_call *call = next_call(a, intended);
     int64_t at;
     if (a->done) {
         at = INT64_MAX;
@@ -92,11 +92,11 @@ static void on_arrival(struct loop *l, struct loop_timer *t)
         a->next_ns = at;
         loop_at(l, &a->timer, at, on_arrival, a);
     }
-    replay_call_send(rp, k);
+    replay_call_send(rp, call);
     replay_maybe_finish(rp);
 }
 
-static void closed_lane_send(struct loop *l, struct loop_timer *t);
+static void closed_lane_send(struct loop *l, struct loop_timer *tm);
 
 /* The owner continuation of a closed lane's call: the next one at once. */
 static void closed_lane_after_call(void *owner, uint32_t call_index)
@@ -108,24 +108,24 @@ static void closed_lane_after_call(void *owner, uint32_t call_index)
         loop_at(rp->loop, &ln->timer, now, closed_lane_send, ln);
 }
 
-static void closed_lane_send(struct loop *l, struct loop_timer *t)
+static void closed_lane_send(struct loop *l, struct loop_timer *tm)
 {
-    struct closed_lane *ln = t->arg;
+    struct closed_lane *ln = tm->arg;
     struct replay *rp = ln->a->rp;
-    if (rp->stopping || t->at_ns >= rp->cfg.duration_ns) {
+    if (rp->stopping || tm->at_ns >= rp->cfg.duration_ns) {
         replay_maybe_finish(rp);
         return;
     }
-    struct replay_call *k = next_call(ln->a, t->at_ns);
-    k->on_end = closed_lane_after_call;
-    k->owner = ln;
-    k->lane_idx = ln->idx;
-    replay_call_send(rp, k);
+    struct replay_call *call = next_call(ln->a, tm->at_ns);
+    call->on_end = closed_lane_after_call;
+    call->owner = ln;
+    call->lane_idx = ln->idx;
+    replay_call_send(rp, call);
 }
 
 struct arrivals *arrivals_create(struct replay *rp)
 {
-    const struct trace *t = rp->tr;
+    const struct trace *tr = rp->tr;
     struct arrivals *a = xcalloc(1, sizeof *a);
     a->rp = rp;
     rng_init(&a->rng, rp->cfg.seed, RNG_ARRIVAL);
@@ -137,22 +137,22 @@ struct arrivals *arrivals_create(struct replay *rp)
             a->lane[i].idx = i;
         }
     }
-    a->n_order = t->n_calls;
-    a->order = xmalloc(t->n_calls * sizeof *a->order);
-    for (uint32_t i = 0; i < t->n_calls; i++)
+    a->n_order = tr->n_calls;
+    a->order = xmalloc(tr->n_calls * sizeof *a->order);
+    for (uint32_t i = 0; i < tr->n_calls; i++)
         a->order[i] = i;
     if (rp->cfg.mode == REPLAY_MODE_TIMESTAMP) {
         /* Stable insertion into time order (traces are nearly sorted). */
-        for (uint32_t i = 1; i < t->n_calls; i++) {
+        for (uint32_t i = 1; i < tr->n_calls; i++) {
             uint32_t x = a->order[i];
             uint32_t j = i;
-            while (j > 0 && t->calls[a->order[j - 1]].t_ns > t->calls[x].t_ns) {
+            while (j > 0 && tr->calls[a->order[j - 1]].t_ns > tr->calls[x].t_ns) {
                 a->order[j] = a->order[j - 1];
                 j--;
             }
             a->order[j] = x;
         }
-        a->t0_ns = t->calls[a->order[0]].t_ns;
+        a->t0_ns = tr->calls[a->order[0]].t_ns;
     }
     return a;
 }

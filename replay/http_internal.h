@@ -39,7 +39,7 @@ struct http_xfer {
     /* Response (http_response.c). */
     struct sse sse;
     int64_t chunks;           /* content chunks received */
-    int64_t held_t_ns;        /* time of the held (last) chunk, -1 none */
+    int64_t deferred_t_ns;    /* time of the deferred (last) chunk, -1 none */
     int64_t delivered;        /* tokens delivered */
     int got_done;             /* [DONE] seen */
     int got_usage;
@@ -75,7 +75,7 @@ struct http_target {
                                  BIG_RECV_HANDLES) */
     struct list_node xfers;   /* transfers in flight or held, newest first */
     int64_t running;          /* calls on a curl handle */
-    struct target_stats st;
+    struct target_stats stats;
     struct http_target_counts counts;
     int in_action;            /* inside curl_multi_socket_action */
     struct http_shape_set shapes; /* event shapes seen (http_shape.h) */
@@ -108,8 +108,8 @@ int http_request_seek(void *userp, curl_off_t off, int origin);
 void http_response_init(struct http_xfer *x);
 /* curl's CURLOPT_WRITEFUNCTION for every transfer. */
 size_t http_response_write(char *ptr, size_t size, size_t nmemb, void *userp);
-/* Delivers the held last chunk (if any) as `tokens` tokens (at least 1). */
-void http_response_deliver_held(struct http_xfer *x, int64_t tokens);
+/* Delivers the deferred last chunk (if any) as `tokens` tokens (at least 1). */
+void http_response_deliver_deferred(struct http_xfer *x, int64_t tokens);
 /* What a finished call transfer amounts to, from curl's result and the
  * HTTP status: the status for done and its message in msg (n bytes);
  * counts the error kinds. */

@@ -4,9 +4,9 @@
  * what a finished transfer amounts to (HTTP error, malformed stream,
  * timeout, transport error) and the read timeout (http_internal.h).
  *
- * Tokens: one per content chunk; the last chunk is held until the stream
- * ends, so that the server's usage.completion_tokens, when reported, makes
- * the call's total exact. */
+ * Tokens: one per content chunk; the last chunk is deferred until the
+ * stream ends, so that the server's usage.completion_tokens, when
+ * reported, makes the call's total exact. */
 #include "replay/http_internal.h"
 
 #include <jansson.h>
@@ -16,17 +16,17 @@
 
 #include "traces/base/mem.h"
 
-void http_response_deliver_held(struct http_xfer *x, int64_t tokens)
+void http_response_deliver_deferred(struct http_xfer *x, int64_t tokens)
 {
-    if (x->held_t_ns < 0)
+    if (x->deferred_t_ns < 0)
         return;
     struct target_call *c = x->c;
     if (tokens < 1)
         tokens = 1;
     x->delivered += tokens;
-    x->t->st.output_tokens += tokens;
-    c->cb->chunk(c, x->held_t_ns, tokens);
-    x->held_t_ns = -1;
+    x->t->stats.output_tokens += tokens;
+    c->cb->chunk(c, x->deferred_t_ns, tokens);
+    x->deferred_t_ns = -1;
 }
 
 /* Notes the first failure of x's stream; the transfer stops reading. */
@@ -44,8 +44,8 @@ static void on_content(struct http_xfer *x)
     int64_t now = loop_now(x->t->base.loop);
     if (x->chunks == 0)
         x->c->cb->first_token(x->c, now);
-    http_response_deliver_held(x, 1);
-    x->held_t_ns = now;
+    http_response_deliver_deferred(x, 1);
+    x->deferred_t_ns = now;
     x->chunks++;
     x->t->counts.chunks++;
 }

@@ -235,15 +235,15 @@ void http_xfer_finish(struct http_target *t, struct http_xfer *x, enum target_st
         int64_t last = 1;
         if (c->server_output_tokens > 0 && c->server_output_tokens > x->delivered)
             last = c->server_output_tokens - x->delivered;
-        http_response_deliver_held(x, last);
+        http_response_deliver_deferred(x, last);
         t->counts.ok++;
     } else {
-        http_response_deliver_held(x, 1);
+        http_response_deliver_deferred(x, 1);
         snprintf(c->error, sizeof c->error, "%s", msg ? msg : target_status_name(st));
     }
-    t->st.prompt_tokens += c->prompt_tokens;
+    t->stats.prompt_tokens += c->prompt_tokens;
     if (c->cached_tokens > 0)
-        t->st.cached_tokens += c->cached_tokens;
+        t->stats.cached_tokens += c->cached_tokens;
     c->priv = NULL;
     int64_t now = loop_now(t->base.loop);
     xfer_free(x);
@@ -288,7 +288,7 @@ static int http_submit(struct target *tg, struct target_call *c, char *err)
     x->kind = XFER_CALL;
     x->t = t;
     x->c = c;
-    x->held_t_ns = -1;
+    x->deferred_t_ns = -1;
     list_node_init(&x->node);
     c->priv = x;
     c->replica = -1;
@@ -337,7 +337,7 @@ int http_target_get(struct target *tg, const char *url, http_get_cb cb, void *ar
     x->t = t;
     x->get_cb = cb;
     x->get_arg = arg;
-    x->held_t_ns = -1;
+    x->deferred_t_ns = -1;
     list_node_init(&x->node);
     x->easy = easy_get(t, 0, &x->big);
     if (!x->easy) {
@@ -357,7 +357,7 @@ int http_target_get(struct target *tg, const char *url, http_get_cb cb, void *ar
 static void http_stats(struct target *tg, struct target_stats *s)
 {
     struct http_target *t = (struct http_target *)tg;
-    *s = t->st;
+    *s = t->stats;
     s->running = t->running;
     s->waiting = -1;
     s->kv_used_frac = -1;

@@ -12,9 +12,9 @@
  * freed when the answer begins.
  *
  * Per call it reports the first non-empty chunk, every chunk (one token
- * per content chunk; the last chunk is held until the stream ends so that
- * the server's usage.completion_tokens, when reported, makes the total
- * exact), the server's usage (prompt, completion and
+ * per content chunk; the last chunk is deferred until the stream ends so
+ * that the server's usage.completion_tokens, when reported, makes the
+ * total exact), the server's usage (prompt, completion and
  * prompt_tokens_details.cached_tokens) and errors: HTTP status (non-2xx),
  * transport errors, connect / read timeouts, malformed streams (bad JSON,
  * an error event, no [DONE]).

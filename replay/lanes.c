@@ -57,7 +57,7 @@ struct lanes {
     struct rng rng;             /* RNG_TRACE: permutation, start points, recycled roots */
     struct lane *lane;
     int n_lanes;
-    int live;                   /* lanes holding a tree */
+    int active;                 /* lanes holding a tree */
     uint32_t *roots;            /* root sessions with calls or subagents */
     uint32_t n_roots;
     struct list_node runners;
@@ -87,7 +87,7 @@ static int64_t capped(const struct lanes *ls, int64_t gap)
 }
 
 static void lane_tree_new(struct lane *ln, uint32_t root, bool warm);
-static void runner_send(struct loop *l, struct loop_timer *t);
+static void runner_send(struct loop *l, struct loop_timer *tm);
 static void runner_try_end(struct runner *rn);
 
 static void lane_tree_done(struct lane *ln)
@@ -95,7 +95,7 @@ static void lane_tree_done(struct lane *ln)
     struct lanes *ls = ln->ls;
     struct replay *rp = ls->rp;
     ln->holds_tree = false;
-    ls->live--;
+    ls->active--;
     if (rp->cfg.recycle && !rp->stopping && loop_now(rp->loop) < rp->cfg.duration_ns) {
         ls->recycled++;
         lane_tree_new(ln, ls->roots[rng_below(&ls->rng, ls->n_roots)], false);
@@ -178,29 +178,29 @@ static void fork_children(struct runner *rn, uint32_t after, int64_t base_ns)
 
 static void runner_after_call(void *owner, uint32_t j);
 
-static void runner_send(struct loop *l, struct loop_timer *t)
+static void runner_send(struct loop *l, struct loop_timer *tm)
 {
-    struct runner *rn = t->arg;
+    struct runner *rn = tm->arg;
     struct lanes *ls = rn->ls;
     struct replay *rp = ls->rp;
-    if (rp->stopping || t->at_ns >= rp->cfg.duration_ns) {
+    if (rp->stopping || tm->at_ns >= rp->cfg.duration_ns) {
         runner_try_end(rn);
         return;
     }
     uint32_t j = rn->next_call;
     struct lane *ln = rn->lane;
-    struct replay_call *k = replay_call_new(rp, scall(ls, rn->session, j), j, ln->cache_key, t->at_ns);
-    k->on_end = runner_after_call;
-    k->owner = rn;
-    k->lane_idx = ln->idx;
-    k->tree = ln->tree;
-    k->session_uid = rn->uid;
-    memcpy(k->session_name, rn->name, sizeof k->session_name);
+    struct replay_call *call = replay_call_new(rp, scall(ls, rn->session, j), j, ln->cache_key, tm->at_ns);
+    call->on_end = runner_after_call;
+    call->owner = rn;
+    call->lane_idx = ln->idx;
+    call->tree = ln->tree;
+    call->session_uid = rn->uid;
+    memcpy(call->session_name, rn->name, sizeof call->session_name);
     if (j == rn->warmup_index)
-        k->warmup = true;
-    rn->call = k;
-    rn->last_intended_ns = t->at_ns;
-    replay_call_send(rp, k);
+        call->warmup = true;
+    rn->call = call;
+    rn->last_intended_ns = tm->at_ns;
+    replay_call_send(rp, call);
 }
 
 /* Creates a runner for session s of lane ln's tree that sends call `first`
@@ -286,20 +286,20 @@ static void lane_tree_new(struct lane *ln, uint32_t root, bool warm)
     ln->tree = ls->next_tree++;
     ln->root = root;
     ln->holds_tree = true;
-    ls->live++;
+    ls->active++;
     const struct trace_session *s = sess(ls, root);
     ln->cache_key = rp->cfg.cache_isolation
                         ? hash_mix(hash_mix(rp->cfg.seed, 0xcac4e), (uint64_t)ln->tree + 1)
                         : hash_mix(0x5c09e, (uint64_t)s->scope + 1);
-    uint32_t k = 0, warm_i = UINT32_MAX, first = 0;
+    uint32_t start = 0, warm_i = UINT32_MAX, first = 0; /* start: AgentX's call k */
     int64_t min_t = INT64_MIN;
     if (warm && rp->cfg.warm_start && s->n_calls > 0) {
-        k = (uint32_t)rng_below(&ls->rng, s->n_calls);
-        first = k;
-        if (k > 0) {
-            min_t = scall(ls, root, k)->t_ns;
+        start = (uint32_t)rng_below(&ls->rng, s->n_calls);
+        first = start;
+        if (start > 0) {
+            min_t = scall(ls, root, start)->t_ns;
             if (rp->cfg.warmup_call)
-                first = warm_i = k - 1;
+                first = warm_i = start - 1;
         }
     }
     if (!rp->cfg.skip_early_subagents)
@@ -309,16 +309,16 @@ static void lane_tree_new(struct lane *ln, uint32_t root, bool warm)
 
 struct lanes *lanes_create(struct replay *rp, char *err)
 {
-    const struct trace *t = rp->tr;
+    const struct trace *tr = rp->tr;
     const struct replay_config *c = &rp->cfg;
     struct lanes *ls = xcalloc(1, sizeof *ls);
     ls->rp = rp;
     rng_init(&ls->rng, c->seed, RNG_TRACE);
     list_init(&ls->runners);
-    ls->roots = xmalloc((t->n_sessions ? t->n_sessions : 1) * sizeof *ls->roots);
-    for (uint32_t s = 0; s < t->n_sessions; s++)
-        if (t->sessions[s].parent == TRACE_NONE &&
-            (t->sessions[s].n_calls > 0 || t->sessions[s].first_child != TRACE_NONE))
+    ls->roots = xmalloc((tr->n_sessions ? tr->n_sessions : 1) * sizeof *ls->roots);
+    for (uint32_t s = 0; s < tr->n_sessions; s++)
+        if (tr->sessions[s].parent == TRACE_NONE &&
+            (tr->sessions[s].n_calls > 0 || tr->sessions[s].first_child != TRACE_NONE))
             ls->roots[ls->n_roots++] = s;
     if (!ls->n_roots) {
         err_set(err, "the trace has no sessions with calls");
@@ -377,7 +377,7 @@ void lanes_stop(struct lanes *ls)
     free(armed);
 }
 
-int lanes_live(const struct lanes *ls) { return ls->live; }
+int lanes_active(const struct lanes *ls) { return ls->active; }
 int lanes_runners(const struct lanes *ls) { return ls->n_runners; }
 uint64_t lanes_trees_started(const struct lanes *ls) { return (uint64_t)ls->next_tree; }
 uint64_t lanes_recycled(const struct lanes *ls) { return ls->recycled; }
@@ -397,7 +397,7 @@ int lanes_verify(const struct lanes *ls, char *err)
             goto out;
         }
     }
-    int live = 0;
+    int active = 0;
     for (int i = 0; i < ls->n_lanes; i++) {
         if (per_lane[i] != ls->lane[i].runners) {
             rc = err_set(err, "lane %d: %d runners counted, %d listed", i, ls->lane[i].runners,
@@ -409,12 +409,12 @@ int lanes_verify(const struct lanes *ls, char *err)
                          ls->lane[i].holds_tree, ls->lane[i].runners);
             goto out;
         }
-        live += ls->lane[i].holds_tree;
+        active += ls->lane[i].holds_tree;
     }
     if (nr != ls->n_runners)
         rc = err_set(err, "runner count %d, listed %d", ls->n_runners, nr);
-    else if (live != ls->live)
-        rc = err_set(err, "live lanes %d, counted %d", ls->live, live);
+    else if (active != ls->active)
+        rc = err_set(err, "active lanes %d, counted %d", ls->active, active);
 out:
     free(per_lane);
     return rc;

@@ -26,8 +26,8 @@ void lanes_start(struct lanes *ls);
 /* The run stops: runners waiting to send their next call end now (those
  * with a call in flight end with it). */
 void lanes_stop(struct lanes *ls);
-/* Lanes holding a tree (the timeline's live sessions). */
-int lanes_live(const struct lanes *ls);
+/* Lanes holding a tree (the timeline's live_sessions). */
+int lanes_active(const struct lanes *ls);
 /* Runners alive: sending, waiting for a call or for subagents to join. */
 int lanes_runners(const struct lanes *ls);
 uint64_t lanes_trees_started(const struct lanes *ls);

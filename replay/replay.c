@@ -24,17 +24,18 @@
 
 static void write_tick(struct replay *rp, int64_t now)
 {
-    struct target_stats st;
-    target_stats(rp->tg, &st);
+    struct target_stats ts;
+    target_stats(rp->tg, &ts);
     if (rp->timeline) {
         double dt = (double)rp->cfg.tick_ns / 1e9;
-        int64_t dp = st.prompt_tokens - rp->last_st.prompt_tokens;
-        int64_t dc = st.cached_tokens - rp->last_st.cached_tokens;
-        int64_t dout = st.output_tokens - rp->last_st.output_tokens;
-        int64_t live = rp->lanes ? lanes_live(rp->lanes) : rp->n_inflight;
+        int64_t dp = ts.prompt_tokens - rp->last_stats.prompt_tokens;
+        int64_t dc = ts.cached_tokens - rp->last_stats.cached_tokens;
+        int64_t dout = ts.output_tokens - rp->last_stats.output_tokens;
+        /* The live_sessions column: lanes holding a tree, or calls in flight. */
+        int64_t live = rp->lanes ? lanes_active(rp->lanes) : rp->n_inflight;
         char kv[32], hit[32];
-        if (st.kv_used_frac >= 0)
-            snprintf(kv, sizeof kv, "%.6f", st.kv_used_frac);
+        if (ts.kv_used_frac >= 0)
+            snprintf(kv, sizeof kv, "%.6f", ts.kv_used_frac);
         else
             snprintf(kv, sizeof kv, "nan");
         if (dp > 0)
@@ -42,17 +43,17 @@ static void write_tick(struct replay *rp, int64_t now)
         else
             snprintf(hit, sizeof hit, "nan");
         if (fprintf(rp->timeline, "%.0f,%lld,%lld,%lld,%s,%s,%.3f,%.3f\n", (double)now / 1e9,
-                    (long long)live, (long long)st.running, (long long)st.waiting, kv, hit,
+                    (long long)live, (long long)ts.running, (long long)ts.waiting, kv, hit,
                     (double)(dp + dout) / dt, (double)dout / dt) < 0 &&
             !rp->io_error[0])
             snprintf(rp->io_error, sizeof rp->io_error, "writing timeline: %s", strerror(errno));
     }
-    rp->last_st = st;
+    rp->last_stats = ts;
 }
 
-static void on_tick(struct loop *l, struct loop_timer *t)
+static void on_tick(struct loop *l, struct loop_timer *tm)
 {
-    struct replay *rp = t->arg;
+    struct replay *rp = tm->arg;
     int64_t now = loop_now(l);
     write_tick(rp, now);
     if (rp->finished)
@@ -65,9 +66,9 @@ static void on_tick(struct loop *l, struct loop_timer *t)
 /* ---------------------------------------------------------------------- */
 /* End of run. */
 
-static void on_grace(struct loop *l, struct loop_timer *t)
+static void on_grace(struct loop *l, struct loop_timer *tm)
 {
-    struct replay *rp = t->arg;
+    struct replay *rp = tm->arg;
     replay_calls_cancel(rp);
     replay_maybe_finish(rp);
 }
@@ -84,9 +85,9 @@ static void begin_stop(struct replay *rp)
         lanes_stop(rp->lanes);
 }
 
-static void on_stop(struct loop *l, struct loop_timer *t)
+static void on_stop(struct loop *l, struct loop_timer *tm)
 {
-    struct replay *rp = t->arg;
+    struct replay *rp = tm->arg;
     begin_stop(rp);
     if (rp->cfg.grace_ns >= 0)
         loop_at(l, &rp->grace_timer, rp->cfg.duration_ns + rp->cfg.grace_ns, on_grace, rp);
@@ -98,7 +99,7 @@ static bool idle(const struct replay *rp)
 {
     if (rp->n_inflight)
         return false;
-    return rp->lanes ? lanes_live(rp->lanes) == 0 : arrivals_idle(rp->arrivals);
+    return rp->lanes ? lanes_active(rp->lanes) == 0 : arrivals_idle(rp->arrivals);
 }
 
 void replay_maybe_finish(struct replay *rp)
@@ -205,7 +206,7 @@ int replay_start(struct replay *rp)
     struct loop *l = rp->loop;
     int64_t now = loop_now(l);
     rp->started = true;
-    target_stats(rp->tg, &rp->last_st);
+    target_stats(rp->tg, &rp->last_stats);
     loop_at(l, &rp->stop_timer, rp->cfg.duration_ns, on_stop, rp);
     loop_at(l, &rp->tick_timer, now + rp->cfg.tick_ns, on_tick, rp);
     if (rp->lanes)

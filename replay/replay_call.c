@@ -13,57 +13,47 @@ static const struct target_cb call_cb;
 
 void replay_call_blocks(const struct trace *t, const struct trace_call *c, uint64_t *out)
 {
-    uint32_t hi = c->n_blocks;
-    while (hi > 0) {
-        uint32_t lo = c->n_shared;
-        if (lo < hi)
-            memcpy(out + lo, c->suffix, (size_t)(hi - lo) * sizeof *out);
-        if (lo < hi)
-            hi = lo;
-        if (!hi || c->base == TRACE_NONE)
-            break;
-        c = &t->calls[c->base];
-    }
+    trace_call_blocks(t, c, out, c->n_blocks);
 }
 
 struct replay_call *replay_call_new(struct replay *rp, const struct trace_call *c, uint32_t index,
                                     uint64_t cache_key, int64_t intended_ns)
 {
-    struct replay_call *k = xcalloc(1, sizeof *k);
+    struct replay_call *call = xcalloc(1, sizeof *call);
     const struct trace_session *s = &rp->tr->sessions[c->session];
-    k->rp = rp;
-    k->call = c;
-    k->call_index = index;
-    k->intended_ns = intended_ns;
-    k->first_ns = -1;
-    k->blocks = xmalloc((c->n_blocks ? c->n_blocks : 1) * sizeof *k->blocks);
-    replay_call_blocks(rp->tr, c, k->blocks);
-    k->tc.id = ++rp->next_call_id;
-    k->tc.session_key = cache_key;
-    k->tc.prompt_tokens = c->prompt_tokens;
-    k->tc.max_tokens = c->output_tokens > 0 ? c->output_tokens : 1;
-    k->tc.ignore_eos = rp->cfg.ignore_eos;
-    k->tc.blocks = k->blocks;
-    k->tc.n_blocks = c->n_blocks;
-    k->tc.trace_block_size = s->block_size > 0 ? s->block_size : 64;
-    k->tc.model = trace_str(rp->tr, c->model);
-    k->tc.cb = &call_cb;
-    k->tc.arg = k;
-    k->tc.replica = -1;
-    k->tc.cached_tokens = -1;
-    k->tc.server_prompt_tokens = k->tc.server_output_tokens = -1;
-    k->lane_idx = -1;
-    list_node_init(&k->node);
+    call->rp = rp;
+    call->trace_call = c;
+    call->call_index = index;
+    call->intended_ns = intended_ns;
+    call->first_ns = -1;
+    call->blocks = xmalloc((c->n_blocks ? c->n_blocks : 1) * sizeof *call->blocks);
+    replay_call_blocks(rp->tr, c, call->blocks);
+    call->tc.id = ++rp->next_call_id;
+    call->tc.session_key = cache_key;
+    call->tc.prompt_tokens = c->prompt_tokens;
+    call->tc.max_tokens = c->output_tokens > 0 ? c->output_tokens : 1;
+    call->tc.ignore_eos = rp->cfg.ignore_eos;
+    call->tc.blocks = call->blocks;
+    call->tc.n_blocks = c->n_blocks;
+    call->tc.trace_block_size = s->block_size > 0 ? s->block_size : 64;
+    call->tc.model = trace_str(rp->tr, c->model);
+    call->tc.cb = &call_cb;
+    call->tc.arg = call;
+    call->tc.replica = -1;
+    call->tc.cached_tokens = -1;
+    call->tc.server_prompt_tokens = call->tc.server_output_tokens = -1;
+    call->lane_idx = -1;
+    list_node_init(&call->node);
     if (!rp->cfg.measure_all_types && c->type != TRACE_CALL_NORMAL)
-        k->warmup = true;
-    return k;
+        call->warmup = true;
+    return call;
 }
 
-static void call_free(struct replay_call *k)
+static void call_free(struct replay_call *call)
 {
-    free(k->chunk_t);
-    free(k->blocks);
-    free(k);
+    free(call->chunk_t);
+    free(call->blocks);
+    free(call);
 }
 
 static void write_record(struct replay *rp, const struct replay_record *rec)
@@ -77,45 +67,45 @@ static void write_record(struct replay *rp, const struct replay_record *rec)
 }
 
 /* The end of a call, whatever it was: record it, then let its owner go on. */
-static void call_end(struct replay_call *k, int64_t t, enum target_status st, const char *msg)
+static void call_end(struct replay_call *call, int64_t t_ns, enum target_status st, const char *msg)
 {
-    struct replay *rp = k->rp;
+    struct replay *rp = call->rp;
     if (rp->destroying) {
-        call_free(k);
+        call_free(call);
         return;
     }
-    if (k->in_target) {
-        k->in_target = false;
-        list_remove(&k->node);
+    if (call->in_target) {
+        call->in_target = false;
+        list_remove(&call->node);
         rp->n_inflight--;
     }
     struct replay_record r = {0};
-    r.session = k->session_name;
-    r.session_uid = k->session_uid;
-    r.lane = k->lane_idx;
-    r.call = k->call_index;
-    r.tree = k->tree;
-    r.intended_start_ns = k->intended_ns;
-    r.start_ns = k->tc.start_ns;
-    r.first_token_ns = k->first_ns;
-    r.end_ns = k->chunks ? k->chunk_t[k->chunks - 1] : t;
+    r.session = call->session_name;
+    r.session_uid = call->session_uid;
+    r.lane = call->lane_idx;
+    r.call = call->call_index;
+    r.tree = call->tree;
+    r.intended_start_ns = call->intended_ns;
+    r.start_ns = call->tc.start_ns;
+    r.first_token_ns = call->first_ns;
+    r.end_ns = call->chunks ? call->chunk_t[call->chunks - 1] : t_ns;
     if (st != TARGET_OK)
-        r.end_ns = t > r.end_ns ? t : r.end_ns;
-    r.chunks = k->chunks;
-    r.prompt_tokens = k->tc.prompt_tokens;
-    r.cached_tokens = k->tc.cached_tokens;
-    r.output_tokens = k->out;
-    r.max_tokens = k->tc.max_tokens;
-    r.replica = k->tc.replica;
-    r.preemptions = k->tc.preemptions;
-    r.warmup = k->warmup;
-    r.model = k->tc.model;
-    r.chunk_times_ns = k->chunk_t;
-    r.http_status = k->tc.http_status;
-    r.server_prompt_tokens = k->tc.server_prompt_tokens;
-    r.server_output_tokens = k->tc.server_output_tokens;
-    r.live = rp->tg->live || k->tc.http_status != 0;
-    if (st == TARGET_ERR_CANCELLED || (k->cancel_requested && st != TARGET_OK)) {
+        r.end_ns = t_ns > r.end_ns ? t_ns : r.end_ns;
+    r.chunks = call->chunks;
+    r.prompt_tokens = call->tc.prompt_tokens;
+    r.cached_tokens = call->tc.cached_tokens;
+    r.output_tokens = call->out;
+    r.max_tokens = call->tc.max_tokens;
+    r.replica = call->tc.replica;
+    r.preemptions = call->tc.preemptions;
+    r.warmup = call->warmup;
+    r.model = call->tc.model;
+    r.chunk_times_ns = call->chunk_t;
+    r.http_status = call->tc.http_status;
+    r.server_prompt_tokens = call->tc.server_prompt_tokens;
+    r.server_output_tokens = call->tc.server_output_tokens;
+    r.live = rp->tg->live || call->tc.http_status != 0;
+    if (st == TARGET_ERR_CANCELLED || (call->cancel_requested && st != TARGET_OK)) {
         r.cancelled = true;
         r.error = "cancelled";
     } else if (st == TARGET_ERR_TOO_LONG) {
@@ -125,59 +115,59 @@ static void call_end(struct replay_call *k, int64_t t, enum target_status st, co
         r.error = msg && *msg ? msg : target_status_name(st);
     }
     write_record(rp, &r);
-    if (k->on_end)
-        k->on_end(k->owner, k->call_index);
-    call_free(k);
+    if (call->on_end)
+        call->on_end(call->owner, call->call_index);
+    call_free(call);
     replay_maybe_finish(rp);
 }
 
-void replay_call_send(struct replay *rp, struct replay_call *k)
+void replay_call_send(struct replay *rp, struct replay_call *call)
 {
     int64_t now = loop_now(rp->loop);
-    k->tc.start_ns = now;
+    call->tc.start_ns = now;
     rp->calls_sent++;
     if (rp->cfg.max_model_len > 0 &&
-        k->tc.prompt_tokens + k->tc.max_tokens > rp->cfg.max_model_len) {
-        snprintf(k->tc.error, sizeof k->tc.error, "context overflow");
-        call_end(k, now, TARGET_ERR_TOO_LONG, NULL);
+        call->tc.prompt_tokens + call->tc.max_tokens > rp->cfg.max_model_len) {
+        snprintf(call->tc.error, sizeof call->tc.error, "context overflow");
+        call_end(call, now, TARGET_ERR_TOO_LONG, NULL);
         return;
     }
-    k->in_target = true;
-    list_push_front(&rp->inflight, &k->node);
+    call->in_target = true;
+    list_push_front(&rp->inflight, &call->node);
     rp->n_inflight++;
     char err[ERR_LEN];
     err[0] = 0;
-    if (target_submit(rp->tg, &k->tc, err)) {
-        snprintf(k->tc.error, sizeof k->tc.error, "%.120s", err[0] ? err : "submit failed");
-        call_end(k, loop_now(rp->loop), TARGET_ERR_OTHER, k->tc.error);
+    if (target_submit(rp->tg, &call->tc, err)) {
+        snprintf(call->tc.error, sizeof call->tc.error, "%.120s", err[0] ? err : "submit failed");
+        call_end(call, loop_now(rp->loop), TARGET_ERR_OTHER, call->tc.error);
     }
 }
 
-static void on_first_token(struct target_call *c, int64_t t)
+static void on_first_token(struct target_call *tc, int64_t t_ns)
 {
-    struct replay_call *k = c->arg;
-    if (k->first_ns < 0)
-        k->first_ns = t;
+    struct replay_call *call = tc->arg;
+    if (call->first_ns < 0)
+        call->first_ns = t_ns;
 }
 
-static void on_chunk(struct target_call *c, int64_t t, int64_t n)
+static void on_chunk(struct target_call *tc, int64_t t_ns, int64_t n)
 {
-    struct replay_call *k = c->arg;
+    struct replay_call *call = tc->arg;
     if (n <= 0)
         return;
-    if (k->first_ns < 0)
-        k->first_ns = t;
-    if ((size_t)k->chunks == k->chunk_cap) {
-        k->chunk_cap = k->chunk_cap ? k->chunk_cap * 2 : 16;
-        k->chunk_t = xrealloc(k->chunk_t, k->chunk_cap * sizeof *k->chunk_t);
+    if (call->first_ns < 0)
+        call->first_ns = t_ns;
+    if ((size_t)call->chunks == call->chunk_cap) {
+        call->chunk_cap = call->chunk_cap ? call->chunk_cap * 2 : 16;
+        call->chunk_t = xrealloc(call->chunk_t, call->chunk_cap * sizeof *call->chunk_t);
     }
-    k->chunk_t[k->chunks++] = t;
-    k->out += n;
+    call->chunk_t[call->chunks++] = t_ns;
+    call->out += n;
 }
 
-static void on_done(struct target_call *c, int64_t t, enum target_status st)
+static void on_done(struct target_call *tc, int64_t t_ns, enum target_status st)
 {
-    call_end(c->arg, t, st, c->error);
+    call_end(tc->arg, t_ns, st, tc->error);
 }
 
 static const struct target_cb call_cb = {
@@ -191,11 +181,11 @@ void replay_calls_cancel(struct replay *rp)
 {
     struct list_node *n;
     while ((n = list_first(&rp->inflight))) {
-        struct replay_call *k = LIST_ENTRY(n, struct replay_call, node);
+        struct replay_call *call = LIST_ENTRY(n, struct replay_call, node);
         list_remove(n);
         list_push_back(&rp->cancelling, n);
-        k->cancel_requested = true;
-        target_cancel(rp->tg, &k->tc);
+        call->cancel_requested = true;
+        target_cancel(rp->tg, &call->tc);
     }
 }
 
@@ -206,9 +196,9 @@ void replay_calls_drop(struct replay *rp)
     for (int i = 0; i < 2; i++) {
         struct list_node *n;
         while ((n = list_first(lists[i]))) {
-            struct replay_call *k = LIST_ENTRY(n, struct replay_call, node);
+            struct replay_call *call = LIST_ENTRY(n, struct replay_call, node);
             list_remove(n);
-            target_cancel(rp->tg, &k->tc);
+            target_cancel(rp->tg, &call->tc);
         }
     }
 }
@@ -219,15 +209,15 @@ int replay_calls_verify(const struct replay *rp, char *err)
     const struct list_node *lists[2] = {&rp->inflight, &rp->cancelling};
     for (int i = 0; i < 2; i++) {
         LIST_FOR_EACH(node, lists[i]) {
-            const struct replay_call *k = LIST_ENTRY(node, struct replay_call, node);
+            const struct replay_call *call = LIST_ENTRY(node, struct replay_call, node);
             if (node->next->prev != node)
                 return err_set(err, "in-flight list broken");
-            if (!k->in_target)
+            if (!call->in_target)
                 return err_set(err, "call %llu listed but not in the target",
-                               (unsigned long long)k->tc.id);
-            if (k->cancel_requested != (i == 1))
+                               (unsigned long long)call->tc.id);
+            if (call->cancel_requested != (i == 1))
                 return err_set(err, "call %llu on the wrong list (cancel requested %d)",
-                               (unsigned long long)k->tc.id, k->cancel_requested);
+                               (unsigned long long)call->tc.id, call->cancel_requested);
             n++;
         }
     }

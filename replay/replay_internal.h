@@ -29,7 +29,7 @@ typedef void (*replay_call_end_fn)(void *owner, uint32_t call_index);
 struct replay_call {
     struct target_call tc;
     struct replay *rp;
-    const struct trace_call *call;
+    const struct trace_call *trace_call; /* the call it replays */
     uint32_t call_index;        /* within its session */
     int64_t intended_ns;        /* when it was due (schedule) */
     int64_t first_ns;           /* first token, -1 none */
@@ -68,7 +68,7 @@ struct replay {
     struct metrics metrics;
     struct records_writer *rec;
     FILE *timeline;
-    struct target_stats last_st;
+    struct target_stats last_stats; /* at the previous tick */
     void (*tick_cb)(void *, struct replay *, int64_t);
     void *tick_arg;
     int64_t end_ns;

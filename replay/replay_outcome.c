@@ -26,9 +26,9 @@ void replay_summarize(const struct replay *rp, const struct metrics_slo *slo,
                       struct metrics_summary *s, struct replay_outcome *o)
 {
     metrics_summarize(&rp->metrics, rp->tg->gpus, slo, s);
-    struct target_stats st;
-    target_stats(rp->tg, &st);
-    s->fallback_steps = st.fallback_steps;
+    struct target_stats ts;
+    target_stats(rp->tg, &ts);
+    s->fallback_steps = ts.fallback_steps;
     memset(o, 0, sizeof *o);
     o->interrupted = rp->interrupted;
     o->partial = rp->interrupted || rp->io_error[0] || !rp->finished;

@@ -19,7 +19,7 @@
 #define S (1000000000LL)
 
 /* A tiny trace built in memory. */
-struct tb {
+struct mini_trace {
     struct trace t;
     struct trace_session s[16];
     struct trace_call c[64];
@@ -27,7 +27,7 @@ struct tb {
     const char *strs[16];
 };
 
-static void tb_init(struct tb *b)
+static void mini_init(struct mini_trace *b)
 {
     memset(b, 0, sizeof *b);
     b->t.sessions = b->s;
@@ -37,7 +37,7 @@ static void tb_init(struct tb *b)
     b->t.n_scopes = 1;
 }
 
-static uint32_t tb_session(struct tb *b, const char *name, uint32_t parent, uint32_t fork_after,
+static uint32_t mini_session(struct mini_trace *b, const char *name, uint32_t parent, uint32_t fork_after,
                            int64_t fork_t, int64_t fork_gap, bool join)
 {
     uint32_t i = b->t.n_sessions++;
@@ -68,7 +68,7 @@ static uint32_t tb_session(struct tb *b, const char *name, uint32_t parent, uint
 
 /* Adds a call to the last session (calls go in session order). Its chain
  * is blocks 1..in/64 (so later calls extend earlier ones). */
-static void tb_call(struct tb *b, int64_t t_ns, int64_t think_ns, int64_t in, int64_t out)
+static void mini_call(struct mini_trace *b, int64_t t_ns, int64_t think_ns, int64_t in, int64_t out)
 {
     uint32_t si = b->t.n_sessions - 1;
     uint32_t i = b->t.n_calls++;
@@ -273,12 +273,12 @@ int main(void)
 
     /* 1. Think time end-to-start and the idle cap. */
     {
-        struct tb *b = xcalloc(1, sizeof *b);
-        tb_init(b);
-        tb_session(b, "A", TRACE_NONE, TRACE_NONE, 0, 0, false);
-        tb_call(b, 0, -1, 640, 11);
-        tb_call(b, 50 * S, 5 * S, 1280, 11);
-        tb_call(b, 100 * S, 30 * S, 1920, 1);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
+        mini_init(b);
+        mini_session(b, "A", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        mini_call(b, 0, -1, 640, 11);
+        mini_call(b, 50 * S, 5 * S, 1280, 11);
+        mini_call(b, 100 * S, 30 * S, 1920, 1);
         base_cfg(&cfg);
         CHECK(run(&b->t, &cfg, &FAKE, &res) == 0, "run 1");
         CHECK(res.verify_fail == 0, "invariants hold");
@@ -319,14 +319,14 @@ int main(void)
 
     /* 2. Subagents: fork after the parent's call, capped gap, no wait. */
     {
-        struct tb *b = xcalloc(1, sizeof *b);
-        tb_init(b);
-        uint32_t root = tb_session(b, "P", TRACE_NONE, TRACE_NONE, 0, 0, false);
-        tb_call(b, 0, -1, 640, 11);
-        tb_call(b, 10 * S, 1 * S, 1280, 11);
-        tb_session(b, "sub", root, 0, 8 * S, 3 * S, false);
-        tb_call(b, 0, -1, 640, 6);
-        tb_call(b, 1 * S, 2 * S, 1280, 6);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
+        mini_init(b);
+        uint32_t root = mini_session(b, "P", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        mini_call(b, 0, -1, 640, 11);
+        mini_call(b, 10 * S, 1 * S, 1280, 11);
+        mini_session(b, "sub", root, 0, 8 * S, 3 * S, false);
+        mini_call(b, 0, -1, 640, 6);
+        mini_call(b, 1 * S, 2 * S, 1280, 6);
         base_cfg(&cfg);
         run(&b->t, &cfg, &FAKE, &res);
         CHECK(res.verify_fail == 0, "invariants hold (subagents)");
@@ -372,15 +372,15 @@ int main(void)
 
     /* 3. Warm start: call k-1 as warm-up, early subagents skipped. */
     {
-        struct tb *b = xcalloc(1, sizeof *b);
-        tb_init(b);
-        uint32_t root = tb_session(b, "W", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
+        mini_init(b);
+        uint32_t root = mini_session(b, "W", TRACE_NONE, TRACE_NONE, 0, 0, false);
         for (int j = 0; j < 6; j++)
-            tb_call(b, (int64_t)j * 20 * S, j ? 2 * S : -1, 640 * (j + 1), 11);
-        tb_session(b, "early", root, 0, 5 * S, 1 * S, false); /* forked at 5 s */
-        tb_call(b, 0, -1, 640, 3);
-        tb_session(b, "late", root, 4, 85 * S, 1 * S, false); /* after call 4 */
-        tb_call(b, 0, -1, 640, 3);
+            mini_call(b, (int64_t)j * 20 * S, j ? 2 * S : -1, 640 * (j + 1), 11);
+        mini_session(b, "early", root, 0, 5 * S, 1 * S, false); /* forked at 5 s */
+        mini_call(b, 0, -1, 640, 3);
+        mini_session(b, "late", root, 4, 85 * S, 1 * S, false); /* after call 4 */
+        mini_call(b, 0, -1, 640, 3);
         /* Find a seed whose start point is k = 3 (one root: no shuffle draws). */
         uint64_t seed = 0;
         for (uint64_t sd = 1; sd < 1000; sd++) {
@@ -419,11 +419,11 @@ int main(void)
 
     /* 4. Recycling and cache isolation between tree instances. */
     {
-        struct tb *b = xcalloc(1, sizeof *b);
-        tb_init(b);
-        tb_session(b, "R", TRACE_NONE, TRACE_NONE, 0, 0, false);
-        tb_call(b, 0, -1, 640, 11);
-        tb_call(b, 10 * S, 1 * S, 1280, 11);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
+        mini_init(b);
+        mini_session(b, "R", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        mini_call(b, 0, -1, 640, 11);
+        mini_call(b, 10 * S, 1 * S, 1280, 11);
         base_cfg(&cfg);
         cfg.recycle = true;
         cfg.duration_ns = 3 * S;
@@ -453,11 +453,11 @@ int main(void)
 
     /* 5. End of run: grace, then cancellation. */
     {
-        struct tb *b = xcalloc(1, sizeof *b);
-        tb_init(b);
-        tb_session(b, "E", TRACE_NONE, TRACE_NONE, 0, 0, false);
-        tb_call(b, 0, -1, 640, 1001); /* 7.4 ms + 20 s */
-        tb_call(b, 30 * S, 1 * S, 640, 11);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
+        mini_init(b);
+        mini_session(b, "E", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        mini_call(b, 0, -1, 640, 1001); /* 7.4 ms + 20 s */
+        mini_call(b, 30 * S, 1 * S, 640, 11);
         base_cfg(&cfg);
         cfg.duration_ns = 5 * S;
         cfg.grace_ns = 2 * S;
@@ -476,12 +476,12 @@ int main(void)
 
     /* 6. Context overflow. */
     {
-        struct tb *b = xcalloc(1, sizeof *b);
-        tb_init(b);
-        tb_session(b, "O", TRACE_NONE, TRACE_NONE, 0, 0, false);
-        tb_call(b, 0, -1, 640, 11);
-        tb_call(b, 1 * S, 1 * S, 4096, 11);
-        tb_call(b, 2 * S, 1 * S, 640, 11);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
+        mini_init(b);
+        mini_session(b, "O", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        mini_call(b, 0, -1, 640, 11);
+        mini_call(b, 1 * S, 1 * S, 4096, 11);
+        mini_call(b, 2 * S, 1 * S, 640, 11);
         base_cfg(&cfg);
         cfg.max_model_len = 2048;
         run(&b->t, &cfg, &FAKE, &res);
@@ -506,12 +506,12 @@ int main(void)
 
     /* 7. Concurrency: N lanes, each its own tree; no recycle refuses N > sessions. */
     {
-        struct tb *b = xcalloc(1, sizeof *b);
-        tb_init(b);
-        tb_session(b, "X", TRACE_NONE, TRACE_NONE, 0, 0, false);
-        tb_call(b, 0, -1, 640, 11);
-        tb_session(b, "Y", TRACE_NONE, TRACE_NONE, 0, 0, false);
-        tb_call(b, 0, -1, 640, 11);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
+        mini_init(b);
+        mini_session(b, "X", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        mini_call(b, 0, -1, 640, 11);
+        mini_session(b, "Y", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        mini_call(b, 0, -1, 640, 11);
         base_cfg(&cfg);
         cfg.concurrency = 3;
         char err[ERR_LEN];
@@ -573,11 +573,11 @@ int main(void)
     /* 8. End of run with 100,000 calls in flight, each cancel answered
      * later: every call cancelled once, newest first, in linear time. */
     {
-        struct tb *b = xcalloc(1, sizeof *b);
-        tb_init(b);
-        tb_session(b, "H", TRACE_NONE, TRACE_NONE, 0, 0, false);
-        tb_call(b, 0, -1, 640, 11);
-        tb_call(b, 1 * S, 1 * S, 640, 11);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
+        mini_init(b);
+        mini_session(b, "H", TRACE_NONE, TRACE_NONE, 0, 0, false);
+        mini_call(b, 0, -1, 640, 11);
+        mini_call(b, 1 * S, 1 * S, 640, 11);
         base_cfg(&cfg);
         cfg.mode = REPLAY_MODE_CLOSED;
         cfg.concurrency = 100000;
