@@ -172,10 +172,9 @@ uint32_t trace_call_blocks(const struct trace *t, const struct trace_call *c,
     uint32_t total = c->n_blocks;
     uint32_t hi = total; /* blocks [lo, hi) still to fill, from c */
     while (hi > 0) {
-        uint32_t lo = c->n_shared;
-        for (uint32_t i = lo; i < hi; i++)
-            if (i < cap)
-                out[i] = c->suffix[i - lo];
+        uint32_t lo = c->n_shared, end = hi < cap ? hi : cap;
+        if (lo < end)
+            memcpy(out + lo, c->suffix, (size_t)(end - lo) * sizeof *out);
         if (lo == 0)
             break;
         if (lo < hi)
