@@ -22,8 +22,6 @@
 #include "traces/base/mem.h"
 #include "traces/base/rng.h"
 
-struct lanes;
-
 struct lane {
     struct lanes *ls;
     int idx;

@@ -179,6 +179,7 @@ static const struct target_cb call_cb = {
  * (from inside target_cancel) or later, each call is visited once. */
 void replay_calls_cancel(struct replay *rp)
 {
+    ASSERT(rp->stopping); /* nothing new is sent: the loop ends */
     struct list_node *n;
     while ((n = list_first(&rp->inflight))) {
         struct replay_call *call = LIST_ENTRY(n, struct replay_call, node);
