@@ -135,7 +135,8 @@ void replay_summarize(const struct replay *r, const struct metrics_slo *slo,
 int replay_verify(const struct replay *r, char *err);
 void replay_destroy(struct replay *r);
 
-/* Block chain of call c into out (capacity >= c->n_blocks). */
+/* Block chain of call c into out (capacity >= c->n_blocks): trace_call_blocks
+ * with the whole chain. */
 void replay_call_blocks(const struct trace *t, const struct trace_call *c, uint64_t *out);
 
 #endif

@@ -17,6 +17,7 @@
 #include "traces/trace.h"
 #include "traces/base/err.h"
 #include "traces/base/hash.h"
+#include "traces/base/hmap.h"
 #include "traces/base/time_ns.h"
 
 static uint64_t path_bytes(const char *p)
@@ -52,26 +53,16 @@ static int cmp_i64(const void *a, const void *b)
 /* Distinct (scope, id) pairs over all chains. */
 static uint64_t unique_ids(const struct trace *t)
 {
-    size_t mask = 1;
-    while (mask < 2 * t->stored_block_ids + 16)
-        mask = 2 * mask + 1;
-    uint64_t *k = calloc(mask + 1, sizeof *k);
-    uint64_t n = 0;
+    struct hmap seen; /* a set of hashed (scope, id) pairs */
+    hmap_init(&seen);
     for (uint32_t i = 0; i < t->n_calls; i++) {
         const struct trace_call *c = &t->calls[i];
         uint32_t scope = t->sessions[c->session].scope;
-        for (uint32_t b = 0; b < c->n_blocks - c->n_shared; b++) {
-            uint64_t h = hash_mix(hash_mix(0xb10c, scope), c->suffix[b]) | 1;
-            size_t j = h & mask;
-            while (k[j] && k[j] != h)
-                j = (j + 1) & mask;
-            if (!k[j]) {
-                k[j] = h;
-                n++;
-            }
-        }
+        for (uint32_t b = 0; b < c->n_blocks - c->n_shared; b++)
+            hmap_put(&seen, hash_mix(hash_mix(0xb10c, scope), c->suffix[b]), NULL);
     }
-    free(k);
+    uint64_t n = hmap_size(&seen);
+    hmap_free(&seen);
     return n;
 }
 

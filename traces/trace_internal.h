@@ -25,10 +25,12 @@ struct tb_pfx {
 struct tb {
     struct trace *t;
     size_t cap_calls, cap_sessions, cap_strings;
+    /* Own table, not base/hmap.h: hot (every string field read), keyed by the string itself. */
     uint32_t *str_tab;     /* open addressing: string index + 1, 0 empty */
     size_t str_mask;
     /* Prefix table for global-scope traces: chained prefix hash -> call
      * that first had that prefix (0 key = empty). */
+    /* Own table, not base/hmap.h: hot (every block id of a global-scope trace), 8-byte slots. */
     struct tb_pfx *pfx;    /* open addressing, key 0 = empty */
     size_t pfx_mask, pfx_used;
     bool use_pfx;
@@ -99,11 +101,15 @@ int trace_read_native(struct tb *b, struct tb_lines *L, const char *name,
                       bool skip_bad, char *err);
 
 /* Jansson parses between begin and end allocate from a per-thread arena
- * (see trace.c); reset drops every document parsed so far; no json_decref
+ * (see trace_read.c); reset drops every document parsed so far; no json_decref
  * of them is needed or allowed after end. */
 void tb_json_begin(void);
 void tb_json_reset(void);
 void tb_json_end(void);
+
+/* Content digest: every field but file names; chains by their content, so
+ * the same trace stored with other bases gives the same digest (trace.c). */
+uint64_t trace_digest_compute(const struct trace *t);
 
 /* Seconds (a JSON number) to ns, with range checks; -1 on error. */
 int tb_seconds_ns(json_t *v, int64_t *ns);

@@ -15,31 +15,24 @@
 #include "traces/trace_internal.h"
 #include "traces/base/mem.h"
 #include "traces/base/hash.h"
+#include "traces/base/hmap.h"
+#include "traces/base/stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* p50, p90, p99 (linear interpolation between order statistics), mean, max. */
+/* p50, p90, p99 (stats.h: linear interpolation between closest ranks),
+ * mean, max; v is sorted in place. */
 static void percentiles(double *v, size_t n, double out[5])
 {
     memset(out, 0, 5 * sizeof *out);
     if (!n)
         return;
-    qsort(v, n, sizeof *v, cmp_double);
+    stats_sort(v, n);
     const double q[3] = {0.50, 0.90, 0.99};
-    for (int i = 0; i < 3; i++) {
-        double k = (double)(n - 1) * q[i];
-        size_t f = (size_t)k;
-        size_t c = f + 1 < n ? f + 1 : f;
-        out[i] = v[f] + (v[c] - v[f]) * (k - (double)f);
-    }
+    for (int i = 0; i < 3; i++)
+        out[i] = stats_percentile_sorted(v, n, q[i]);
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += v[i];
@@ -60,46 +53,6 @@ static int cmp_order(const void *a, const void *b)
     if (x->t != y->t)
         return x->t < y->t ? -1 : 1;
     return x->i < y->i ? -1 : x->i > y->i;
-}
-
-struct hset {
-    uint64_t *k;
-    size_t mask, used;
-};
-
-static void hset_grow(struct hset *h)
-{
-    size_t mask = h->mask ? 2 * h->mask + 1 : (1u << 14) - 1;
-    uint64_t *k = xcalloc(mask + 1, sizeof *k);
-    for (size_t i = 0; h->k && i <= h->mask; i++) {
-        if (!h->k[i])
-            continue;
-        size_t j = h->k[i] & mask;
-        while (k[j])
-            j = (j + 1) & mask;
-        k[j] = h->k[i];
-    }
-    free(h->k);
-    h->k = k;
-    h->mask = mask;
-}
-
-/* Inserts key; returns true if it was already there. */
-static bool hset_put(struct hset *h, uint64_t key)
-{
-    if (!key)
-        key = 1;
-    if (2 * (h->used + 1) > h->mask)
-        hset_grow(h);
-    size_t j = key & h->mask;
-    while (h->k[j]) {
-        if (h->k[j] == key)
-            return true;
-        j = (j + 1) & h->mask;
-    }
-    h->k[j] = key;
-    h->used++;
-    return false;
 }
 
 void trace_stats_compute(const struct trace *t, struct trace_stats *s)
@@ -178,16 +131,15 @@ void trace_stats_compute(const struct trace *t, struct trace_stats *s)
     uint64_t *blk = xmalloc((maxb ? maxb : 1) * sizeof *blk);
     uint64_t *hfull = xmalloc((n ? n : 1) * sizeof *hfull);
     uint8_t *done = xcalloc(n ? n : 1, 1);
-    struct hset hs = {0};
+    struct hmap seen; /* prefix hashes of the current scope (a set: values unused) */
+    hmap_init(&seen);
     double hit_tok = 0, hit_full = 0, tok = 0, hit_blk = 0, blks = 0;
     for (size_t o = 0; o < n; o++) {
         uint32_t ci = ord[o].i;
         const struct trace_call *c = &t->calls[ci];
         const struct trace_session *ss = &t->sessions[c->session];
-        if (o > 0 && ord[o].scope != ord[o - 1].scope && hs.used) {
-            memset(hs.k, 0, (hs.mask + 1) * sizeof *hs.k);
-            hs.used = 0;
-        }
+        if (o > 0 && ord[o].scope != ord[o - 1].scope)
+            hmap_clear(&seen);
         uint64_t h = hash_mix(0x5c09e, ss->scope);
         uint32_t m = 0, from = 0;
         bool run = true;
@@ -201,8 +153,9 @@ void trace_stats_compute(const struct trace *t, struct trace_stats *s)
         }
         for (uint32_t b = from; b < c->n_blocks; b++) {
             h = hash_mix(h, blk[b]);
-            bool seen = hset_put(&hs, h);
-            if (run && seen)
+            bool added;
+            hmap_put(&seen, h, &added);
+            if (run && !added)
                 m = b + 1;
             else
                 run = false;
@@ -226,7 +179,7 @@ void trace_stats_compute(const struct trace *t, struct trace_stats *s)
     s->hit_rate_tokens = tok > 0 ? hit_tok / tok : 0;
     s->hit_rate_full_blocks = tok > 0 ? hit_full / tok : 0;
     s->hit_rate_blocks = blks > 0 ? hit_blk / blks : 0;
-    free(hs.k);
+    hmap_free(&seen);
     free(blk);
     free(ord);
     free(abs_t);

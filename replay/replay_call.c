@@ -1,0 +1,228 @@
+/* replay_call.c: the call bookkeeping: a trace call made a target call,
+ * sent, its tokens and chunk times gathered, its record written, its owner
+ * told; the in-flight list and cancellation (replay_internal.h). */
+#include "replay/replay_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "traces/base/err.h"
+#include "traces/base/mem.h"
+
+static const struct target_cb call_cb;
+
+void replay_call_blocks(const struct trace *t, const struct trace_call *c, uint64_t *out)
+{
+    trace_call_blocks(t, c, out, c->n_blocks);
+}
+
+struct replay_call *replay_call_new(struct replay *rp, const struct trace_call *c, uint32_t index,
+                                    uint64_t cache_key, int64_t intended_ns)
+{
+    struct replay_call *call = xcalloc(1, sizeof *call);
+    const struct trace_session *s = &rp->tr->sessions[c->session];
+    call->rp = rp;
+    call->trace_call = c;
+    call->call_index = index;
+    call->intended_ns = intended_ns;
+    call->first_ns = -1;
+    call->blocks = xmalloc((c->n_blocks ? c->n_blocks : 1) * sizeof *call->blocks);
+    replay_call_blocks(rp->tr, c, call->blocks);
+    call->tc.id = ++rp->next_call_id;
+    call->tc.session_key = cache_key;
+    call->tc.prompt_tokens = c->prompt_tokens;
+    call->tc.max_tokens = c->output_tokens > 0 ? c->output_tokens : 1;
+    call->tc.ignore_eos = rp->cfg.ignore_eos;
+    call->tc.blocks = call->blocks;
+    call->tc.n_blocks = c->n_blocks;
+    call->tc.trace_block_size = s->block_size > 0 ? s->block_size : 64;
+    call->tc.model = trace_str(rp->tr, c->model);
+    call->tc.cb = &call_cb;
+    call->tc.arg = call;
+    call->tc.replica = -1;
+    call->tc.cached_tokens = -1;
+    call->tc.server_prompt_tokens = call->tc.server_output_tokens = -1;
+    call->lane_idx = -1;
+    list_node_init(&call->node);
+    if (!rp->cfg.measure_all_types && c->type != TRACE_CALL_NORMAL)
+        call->warmup = true;
+    return call;
+}
+
+static void call_free(struct replay_call *call)
+{
+    free(call->chunk_t);
+    free(call->blocks);
+    free(call);
+}
+
+static void write_record(struct replay *rp, const struct replay_record *rec)
+{
+    metrics_add(&rp->metrics, rec);
+    if (rp->rec) {
+        char err[ERR_LEN];
+        if (records_write(rp->rec, rec, err) && !rp->io_error[0])
+            snprintf(rp->io_error, sizeof rp->io_error, "%s", err);
+    }
+}
+
+/* The end of a call, whatever it was: record it, then let its owner go on. */
+static void call_end(struct replay_call *call, int64_t t_ns, enum target_status st, const char *msg)
+{
+    struct replay *rp = call->rp;
+    if (rp->destroying) {
+        call_free(call);
+        return;
+    }
+    if (call->in_target) {
+        call->in_target = false;
+        list_remove(&call->node);
+        rp->n_inflight--;
+    }
+    struct replay_record r = {0};
+    r.session = call->session_name;
+    r.session_uid = call->session_uid;
+    r.lane = call->lane_idx;
+    r.call = call->call_index;
+    r.tree = call->tree;
+    r.intended_start_ns = call->intended_ns;
+    r.start_ns = call->tc.start_ns;
+    r.first_token_ns = call->first_ns;
+    r.end_ns = call->chunks ? call->chunk_t[call->chunks - 1] : t_ns;
+    if (st != TARGET_OK)
+        r.end_ns = t_ns > r.end_ns ? t_ns : r.end_ns;
+    r.chunks = call->chunks;
+    r.prompt_tokens = call->tc.prompt_tokens;
+    r.cached_tokens = call->tc.cached_tokens;
+    r.output_tokens = call->out;
+    r.max_tokens = call->tc.max_tokens;
+    r.replica = call->tc.replica;
+    r.preemptions = call->tc.preemptions;
+    r.warmup = call->warmup;
+    r.model = call->tc.model;
+    r.chunk_times_ns = call->chunk_t;
+    r.http_status = call->tc.http_status;
+    r.server_prompt_tokens = call->tc.server_prompt_tokens;
+    r.server_output_tokens = call->tc.server_output_tokens;
+    r.live = rp->tg->live || call->tc.http_status != 0;
+    if (st == TARGET_ERR_CANCELLED || (call->cancel_requested && st != TARGET_OK)) {
+        r.cancelled = true;
+        r.error = "cancelled";
+    } else if (st == TARGET_ERR_TOO_LONG) {
+        r.overflow = true;
+        r.error = "context overflow";
+    } else if (st != TARGET_OK) {
+        r.error = msg && *msg ? msg : target_status_name(st);
+    }
+    write_record(rp, &r);
+    if (call->on_end)
+        call->on_end(call->owner, call->call_index);
+    call_free(call);
+    replay_maybe_finish(rp);
+}
+
+void replay_call_send(struct replay *rp, struct replay_call *call)
+{
+    int64_t now = loop_now(rp->loop);
+    call->tc.start_ns = now;
+    rp->calls_sent++;
+    if (rp->cfg.max_model_len > 0 &&
+        call->tc.prompt_tokens + call->tc.max_tokens > rp->cfg.max_model_len) {
+        snprintf(call->tc.error, sizeof call->tc.error, "context overflow");
+        call_end(call, now, TARGET_ERR_TOO_LONG, NULL);
+        return;
+    }
+    call->in_target = true;
+    list_push_front(&rp->inflight, &call->node);
+    rp->n_inflight++;
+    char err[ERR_LEN];
+    err[0] = 0;
+    if (target_submit(rp->tg, &call->tc, err)) {
+        snprintf(call->tc.error, sizeof call->tc.error, "%.120s", err[0] ? err : "submit failed");
+        call_end(call, loop_now(rp->loop), TARGET_ERR_OTHER, call->tc.error);
+    }
+}
+
+static void on_first_token(struct target_call *tc, int64_t t_ns)
+{
+    struct replay_call *call = tc->arg;
+    if (call->first_ns < 0)
+        call->first_ns = t_ns;
+}
+
+static void on_chunk(struct target_call *tc, int64_t t_ns, int64_t n)
+{
+    struct replay_call *call = tc->arg;
+    if (n <= 0)
+        return;
+    if (call->first_ns < 0)
+        call->first_ns = t_ns;
+    if ((size_t)call->chunks == call->chunk_cap) {
+        call->chunk_cap = call->chunk_cap ? call->chunk_cap * 2 : 16;
+        call->chunk_t = xrealloc(call->chunk_t, call->chunk_cap * sizeof *call->chunk_t);
+    }
+    call->chunk_t[call->chunks++] = t_ns;
+    call->out += n;
+}
+
+static void on_done(struct target_call *tc, int64_t t_ns, enum target_status st)
+{
+    call_end(tc->arg, t_ns, st, tc->error);
+}
+
+static const struct target_cb call_cb = {
+    .first_token = on_first_token, .chunk = on_chunk, .done = on_done,
+};
+
+/* Newest first, as the calls were sent. A call moves to the cancelling
+ * list before the target hears of it, so whether its done comes at once
+ * (from inside target_cancel) or later, each call is visited once. */
+void replay_calls_cancel(struct replay *rp)
+{
+    ASSERT(rp->stopping); /* nothing new is sent: the loop ends */
+    struct list_node *n;
+    while ((n = list_first(&rp->inflight))) {
+        struct replay_call *call = LIST_ENTRY(n, struct replay_call, node);
+        list_remove(n);
+        list_push_back(&rp->cancelling, n);
+        call->cancel_requested = true;
+        target_cancel(rp->tg, &call->tc);
+    }
+}
+
+void replay_calls_drop(struct replay *rp)
+{
+    ASSERT(rp->destroying);
+    struct list_node *lists[2] = {&rp->inflight, &rp->cancelling};
+    for (int i = 0; i < 2; i++) {
+        struct list_node *n;
+        while ((n = list_first(lists[i]))) {
+            struct replay_call *call = LIST_ENTRY(n, struct replay_call, node);
+            list_remove(n);
+            target_cancel(rp->tg, &call->tc);
+        }
+    }
+}
+
+int replay_calls_verify(const struct replay *rp, char *err)
+{
+    int64_t n = 0;
+    const struct list_node *lists[2] = {&rp->inflight, &rp->cancelling};
+    for (int i = 0; i < 2; i++) {
+        LIST_FOR_EACH(node, lists[i]) {
+            const struct replay_call *call = LIST_ENTRY(node, struct replay_call, node);
+            if (node->next->prev != node)
+                return err_set(err, "in-flight list broken");
+            if (!call->in_target)
+                return err_set(err, "call %llu listed but not in the target",
+                               (unsigned long long)call->tc.id);
+            if (call->cancel_requested != (i == 1))
+                return err_set(err, "call %llu on the wrong list (cancel requested %d)",
+                               (unsigned long long)call->tc.id, call->cancel_requested);
+            n++;
+        }
+    }
+    if (n != rp->n_inflight)
+        return err_set(err, "in-flight count %lld, listed %lld", (long long)rp->n_inflight, (long long)n);
+    return 0;
+}
