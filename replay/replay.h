@@ -82,17 +82,13 @@ struct replay_config {
     uint64_t seed;
     int64_t tick_ns;            /* timeline period (1 s) */
     bool chunk_times;           /* write chunk times into records */
-    /* Set by replay_config_flag: which flag chose the mode ("" default),
+    /* Set by --mode and --arrival: which flag chose the mode ("" default),
      * so that conflicting mode flags are refused. */
     char mode_flag[32];
     bool concurrency_set;       /* --concurrency given */
 };
 
 void replay_config_defaults(struct replay_config *c);
-/* Parses one replay flag at argv[*i]; advances *i past its value.
- * Returns 1 if consumed, 0 if not a replay flag, -1 on a bad value. */
-int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, char *err);
-extern const char replay_flags_help[];
 /* The config as run.json's "config.replay" object (json_t*, caller owns). */
 void *replay_config_json(const struct replay_config *c);
 const char *replay_mode_name(enum replay_mode m);

@@ -169,12 +169,6 @@ const struct flag replay_flags[] = {
 };
 #undef RC
 
-/* One replay flag at argv[*i] (the replayer's tests' entry point). */
-int replay_config_flag(struct replay_config *c, int argc, char **argv, int *i, char *err)
-{
-    return flags_parse_one(replay_flags, c, argc, argv, i, err);
-}
-
 void *replay_config_json(const struct replay_config *c)
 {
     json_t *o = json_object();

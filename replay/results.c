@@ -263,7 +263,3 @@ int results_write_summary(const char *dir, const struct run_info *ri,
     return 0;
 }
 
-double results_t975(int df)
-{
-    return stats_t975(df);
-}

@@ -71,8 +71,5 @@ const char *results_str(const void *json, const char *path);
 void results_table_header(FILE *f);
 void results_table_row(FILE *f, const void *run);
 
-/* stats_t975 (traces/base/stats.h), kept for tests/test_replay.c until it
- * calls that directly. */
-double results_t975(int df);
 
 #endif

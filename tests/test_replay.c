@@ -7,17 +7,19 @@
 
 #include "replay/records.h"
 #include "replay/replay.h"
+#include "replay/replay_flags.h"
 #include "replay/results.h"
 #include "engine/target.h"
 #include "tests/testhelp.h"
 #include "traces/base/err.h"
+#include "traces/base/stats.h"
 #include "traces/base/time_ns.h"
 
 static int parse(struct replay_config *c, const char *a, const char *b, char *err)
 {
     char *argv[3] = {(char *)a, (char *)b, NULL};
     int i = 0;
-    return replay_config_flag(c, b ? 2 : 1, argv, &i, err);
+    return flags_parse_one(replay_flags, c, b ? 2 : 1, argv, &i, err);
 }
 
 static int64_t ft_first, ft_end, ft_chunks, ft_tokens;
@@ -174,9 +176,9 @@ int main(void)
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf /tmp/test_replay_%d", (int)getpid());
     CHECK(system(cmd) == 0, "cleanup");
-    CHECK_NEAR(results_t975(1), 12.706, 1e-9, "t(0.975, 1)");
-    CHECK_NEAR(results_t975(9), 2.262, 1e-9, "t(0.975, 9)");
-    CHECK_NEAR(results_t975(1000), 1.96, 1e-9, "t -> normal");
+    CHECK_NEAR(stats_t975(1), 12.706, 1e-9, "t(0.975, 1)");
+    CHECK_NEAR(stats_t975(9), 2.262, 1e-9, "t(0.975, 9)");
+    CHECK_NEAR(stats_t975(1000), 1.96, 1e-9, "t -> normal");
 
     /* The fake target: exact timeline and its prefix cache. */
     struct loop *l = loop_virtual_create();
