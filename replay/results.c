@@ -14,7 +14,6 @@
 
 #include "traces/base/err.h"
 #include "traces/base/file.h"
-#include "traces/base/stats.h"
 
 static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
 
