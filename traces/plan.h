@@ -1,0 +1,211 @@
+/* plan.h: the replay plan of a trace: what AgentX replay executes, built as
+ * AIPerf 0.13.0's inferencex-agentx-mvp scenario builds it from Weka traces
+ * (aiperf/dataset/loader/weka_trace.py, weka_agent_chains.py,
+ * aiperf/timing/replay_dependencies.py, branch_orchestrator.py,
+ * trajectory_source.py; tests/conformance/ compares the two plans).
+ *
+ * Per trace (a tree: one root session and everything it spawns):
+ *   streams   the root, each subagent's chains (its main chain and worker
+ *             chains) and the root's flat chains (calls of several agents
+ *             recorded in one request list, split by longest-common-prefix
+ *             chain detection over the block ids);
+ *   turns     each stream's calls in replay order, each with the recorded
+ *             end-to-start delay after the previous turn of its stream
+ *             returns (never capped), its output length, its theoretical
+ *             prefix hit, and the message roles of its prompt;
+ *   branches  a parent turn that spawns children (subagent streams, flat
+ *             streams) when it is sent or when it returns, each child after
+ *             its recorded offset; the parent turn that joins them (waits
+ *             until every child is done) or none (background);
+ *   gates     happens-before edges between streams of one scope: a turn is
+ *             sent only once the listed turns of other streams completed.
+ * Every index is into the plan's own arrays; `call` indexes trace.calls.
+ * The plan borrows the trace (it must outlive the plan); everything else
+ * belongs to the plan's arena.
+ *
+ * The replayer (replay/lanes.c) executes a plan; `agentreplay trace plan
+ * --json` prints it in the canonical form of PLAN_SCHEMA in
+ * tests/conformance/README.md.
+ */
+#ifndef PLAN_H
+#define PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "traces/base/mem.h"
+#include "traces/trace.h"
+
+#define PLAN_NONE UINT32_MAX
+
+enum plan_stream_kind {
+    PLAN_STREAM_ROOT = 0,
+    PLAN_STREAM_SUBAGENT, /* a subagent's main or worker chain ("T::sa:A...") */
+    PLAN_STREAM_FLAT,     /* a flat chain of the root ("T::fa:NNN", ...) */
+};
+
+enum plan_dispatch {
+    PLAN_AT_RETURN = 0, /* children start when the spawning turn returns */
+    PLAN_AT_ISSUE,      /* ... when it is sent (the branch began while the
+                           spawning turn was in flight) */
+};
+
+enum plan_role { PLAN_ROLE_SYSTEM = 0, PLAN_ROLE_USER, PLAN_ROLE_ASSISTANT };
+
+/* A turn of a stream. */
+struct plan_ref {
+    uint32_t stream; /* index into plan.streams */
+    uint32_t turn;   /* index within that stream */
+};
+
+/* One message of a turn's prompt: a role and how many of the prompt's
+ * tokens it holds (the tokens are the call's block chain, then its
+ * synthetic tail, in order). */
+struct plan_msg {
+    uint8_t role;    /* enum plan_role */
+    int64_t tokens;
+};
+
+struct plan_turn {
+    uint32_t call;          /* index into trace.calls */
+    int64_t t_ns;           /* recorded start on the root's clock */
+    int64_t delay_ns;       /* wait after the previous turn of its stream
+                               returns; -1 for a stream's first turn */
+    int64_t api_ns;         /* recorded max(0, api_time); -1 if none */
+    int64_t max_tokens;     /* output tokens asked for: max(out, 1) */
+    uint32_t after, n_after;   /* gates: plan.refs[after ..+ n_after) */
+    uint32_t spawn, n_spawn;   /* branches it starts: plan.branch_refs[...] */
+    uint32_t join, n_join;     /* branches it waits for: plan.branch_refs[...] */
+    uint32_t msgs, n_msgs;     /* its message delta: plan.msgs[...] */
+    bool reset;             /* the delta is the whole message list */
+    uint32_t hit_blocks;    /* theoretical prefix hit: leading blocks seen
+                               earlier in the trace's recorded order */
+    uint32_t total_blocks;  /* blocks of its chain */
+};
+
+struct plan_stream {
+    uint8_t kind;           /* enum plan_stream_kind */
+    uint32_t tree;          /* index into plan.trees */
+    uint32_t parent;        /* stream that spawns it; PLAN_NONE: the root */
+    uint32_t scope;         /* gate scope, unique over the plan: the root
+                               and its flat streams share one, each
+                               subagent's streams another */
+    uint32_t session;       /* the trace session its calls come from */
+    uint32_t first_turn, n_turns; /* plan.turns[first_turn ..+ n_turns) */
+    const char *id;         /* AIPerf's stream id ("T", "T::sa:A", "T::fa:000") */
+};
+
+struct plan_branch {
+    const char *id;         /* "T:spawn:A" or "T:flatspawn:N" */
+    uint32_t parent;        /* spawning stream */
+    uint32_t spawn_turn;    /* its turn (index within the stream) */
+    uint32_t join_turn;     /* the parent turn that waits; PLAN_NONE:
+                               background */
+    uint8_t dispatch;       /* enum plan_dispatch */
+    int64_t start_ns;       /* recorded start of the branch */
+    uint32_t children, n_children; /* plan.children[...]: stream indices,
+                                      in dispatch order */
+    /* Per child (same order, plan.child_offset_ns[children ..]): the wait
+     * from the dispatch moment to the child's first turn. Not shortened by
+     * the system idle cap. */
+};
+
+struct plan_tree {
+    uint32_t root_session;  /* trace session of the root */
+    uint32_t first_stream, n_streams; /* the root first */
+    uint32_t first_branch, n_branches;
+    int64_t t_lo_ns, t_hi_ns;  /* min and max recorded start over all its
+                                  turns: the warm-start range */
+    int64_t block_size;
+    int64_t tool_tokens, system_tokens; /* declared prefix (turn 0's system
+                                           message) */
+    uint32_t shared_blocks; /* leading blocks of the system message, which
+                               instances of this trace share (the cache-bust
+                               marker follows them) */
+    uint32_t n_turns;       /* over all its streams */
+    uint32_t n_file_calls;  /* calls in the file, dropped ones included */
+    const char *trace_id;   /* the file's id */
+    const char *file;       /* the file name */
+    uint32_t dropped, n_dropped; /* plan.strings[...]: agent ids of
+                                    subagents not replayed */
+};
+
+/* Knobs of the construction, AIPerf's defaults (its environment
+ * variables WEKA_*). */
+struct plan_opts {
+    bool split_flat_chains;        /* WEKA_SPLIT_FLATTENED_AGENTS (true) */
+    double seam_max_gap_s;         /* WEKA_SEAM_MAX_GAP_SECONDS (3600) */
+    double seam_min_overlap_ratio; /* WEKA_SEAM_MIN_OVERLAP_RATIO (0.5) */
+    int aux_max_requests;          /* WEKA_AUX_MAX_REQUESTS (1) */
+    double aux_isl_ratio;          /* WEKA_AUX_ISL_RATIO (0.10) */
+    int64_t aux_isl_floor;         /* WEKA_AUX_ISL_FLOOR (16384) */
+    bool aux_cross_model;          /* WEKA_AUX_CROSS_MODEL (true) */
+    int64_t aux_reduction_osl_max; /* WEKA_AUX_REDUCTION_OSL_MAX (4000) */
+    double aux_reduction_ratio;    /* WEKA_AUX_REDUCTION_RATIO (20.0) */
+    int worker_group_min;          /* WEKA_WORKER_GROUP_MIN (3) */
+};
+
+struct plan {
+    struct arena arena;     /* owns everything below */
+    const struct trace *tr; /* borrowed */
+    struct plan_opts opts;
+    struct plan_tree *trees;      /* in sampler order (file order) */
+    uint32_t n_trees;
+    struct plan_stream *streams;
+    uint32_t n_streams;
+    struct plan_turn *turns;
+    uint32_t n_turns;
+    struct plan_branch *branches;
+    uint32_t n_branches;
+    struct plan_ref *refs;        /* gate lists */
+    uint32_t *branch_refs;        /* spawn and join lists */
+    uint32_t *children;           /* branch children */
+    int64_t *child_offset_ns;     /* parallel to children */
+    struct plan_msg *msgs;
+    const char **strings;
+};
+
+void plan_opts_defaults(struct plan_opts *o);
+/* Builds the plan of every session tree of t (any session trace; traces
+ * without sessions have none). NULL with a located message on error. */
+struct plan *plan_build(const struct trace *t, const struct plan_opts *o, char *err);
+void plan_destroy(struct plan *p);
+/* Checks every invariant (indices in range, turns in stream order, gates
+ * within a scope and acyclic, joins after spawns); 0, or -1 with err. */
+int plan_verify(const struct plan *p, char *err);
+
+/* Where a tree instance resumes at warm-start time t* (trajectory_source.py
+ * _snapshot_for): the streams live at t*, root first, then children by
+ * branch and child order. */
+struct plan_resume {
+    uint32_t stream;
+    uint32_t next_turn;     /* first turn at or after t* */
+    int64_t offset_ns;      /* max(0, t(next_turn) - t*): dispatch delay */
+    bool waiting;           /* a root that waits for a join first */
+    uint32_t branch;        /* the branch feeding a child; PLAN_NONE: root */
+    uint32_t warm_turn;     /* next_turn - 1, sent in the warm-up phase;
+                               PLAN_NONE if next_turn is 0 */
+    int64_t lead_ns;        /* t* - t(warm_turn), unclamped; -1 if none */
+};
+/* Fills out (capacity cap) with tree's live streams at t_star_ns and
+ * returns their count (0: nothing live, the tree is skipped); boundary
+ * (capacity: the tree's n_streams) gets, per stream of the tree in order,
+ * the number of its turns that count as completed for the gates. */
+int plan_snapshot(const struct plan *p, uint32_t tree, int64_t t_star_ns,
+                  struct plan_resume *out, int cap, uint32_t *boundary);
+
+/* The plan in the canonical JSON form (one line, keys sorted); with
+ * lanes > 0 also the initial lanes for that concurrency at the given t*
+ * ratio range and seed. t* is drawn from this program's own random
+ * stream, so lanes equal AIPerf's (numpy PCG64) only when the range is a
+ * single point (ratio_lo == ratio_hi). 0, or -1 with err (write errors
+ * included). */
+struct plan_json_opts {
+    int lanes;              /* 0: no "lanes" block */
+    double ratio_lo, ratio_hi; /* t* range as fractions of [t_lo, t_hi] */
+    uint64_t seed;
+};
+int plan_write_json(const struct plan *p, const struct plan_json_opts *o, FILE *f, char *err);
+
+#endif
