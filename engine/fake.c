@@ -110,8 +110,11 @@ static int fake_submit(struct target *t, struct target_call *c, char *err)
     /* Prefix cache: leading blocks whose chained hash was seen before
      * (every block's hash is remembered). */
     int64_t matched = 0;
-    uint64_t h = hash_mix(c->session_key, 0x9e3779b97f4a7c15ULL);
+    /* The first shared_blocks blocks under the shared key (target.h). */
+    uint64_t h = hash_mix(c->shared_blocks ? c->shared_key : c->session_key, 0x9e3779b97f4a7c15ULL);
     for (uint32_t i = 0; f->cfg.cache && i < c->n_blocks; i++) {
+        if (c->shared_blocks && i == c->shared_blocks)
+            h = hash_mix(h, c->session_key);
         h = hash_mix(h, c->blocks[i]);
         bool added;
         hmap_put(&f->seen, h, &added);

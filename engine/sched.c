@@ -223,13 +223,23 @@ static inline uint64_t fmix(uint64_t x)
     return x;
 }
 
+/* The salt of chain block i: the session's, or for the first
+ * shared_blocks trace blocks the shared key's (instances of a trace share
+ * their system prefix; target.h). */
+static inline uint64_t seed_at(const struct sreq *q, uint32_t i)
+{
+    if (i < (uint64_t)q->c->shared_blocks * q->chain_ratio)
+        return hash_mix(0x6b76636861696e00ULL, q->c->shared_key);
+    return q->chain_seed;
+}
+
 static uint64_t block_hash(const struct sreq *q, uint32_t i)
 {
-    uint64_t prev = i ? q->hash[i - 1] : q->chain_seed;
+    uint64_t prev = i ? q->hash[i - 1] : seed_at(q, 0);
     uint64_t content;
     if ((int64_t)i < q->n_chain) {
         uint64_t id = q->c->blocks[i / q->chain_ratio];
-        content = (id ^ q->chain_seed) * 0x9e3779b97f4a7c15ULL + i % q->chain_ratio;
+        content = (id ^ seed_at(q, i)) * 0x9e3779b97f4a7c15ULL + i % q->chain_ratio;
     } else {
         content = (q->salt ^ i) * 0xbf58476d1ce4e5b9ULL;
     }
@@ -244,9 +254,12 @@ void sreq_hashes(struct sreq *q, uint32_t upto)
     uint32_t chain_end = (int64_t)upto < q->n_chain ? upto : (uint32_t)q->n_chain;
     if (i < chain_end) {
         uint32_t ratio = q->chain_ratio, id = i / ratio, sub = i % ratio;
-        uint64_t prev = i ? q->hash[i - 1] : q->chain_seed, seed = q->chain_seed;
+        uint64_t prev = i ? q->hash[i - 1] : seed_at(q, 0), seed = seed_at(q, i);
+        uint64_t shared_end = (uint64_t)q->c->shared_blocks * ratio;
         const uint64_t *ids = q->c->blocks;
         for (; i < chain_end; i++) {
+            if (i == shared_end)
+                seed = q->chain_seed;
             uint64_t content = (ids[id] ^ seed) * 0x9e3779b97f4a7c15ULL + sub;
             prev = fmix(prev * 0x94d049bb133111ebULL ^ content);
             q->hash[i] = prev;

@@ -40,6 +40,7 @@
 
 struct target;
 struct target_call;
+struct plan_msg; /* traces/plan.h */
 
 enum target_status {
     TARGET_OK = 0,
@@ -74,6 +75,21 @@ struct target_call {
     const char *model;         /* recorded model name: informational only,
                                   the deployment serves one model; may be
                                   NULL */
+    /* Prefix sharing between tree instances (AgentX's cache-bust marker
+     * follows the system message): the first shared_blocks blocks of the
+     * chain are hashed under shared_key, the same for every instance of a
+     * trace; the rest under session_key. 0: all under session_key. */
+    uint64_t shared_key;
+    uint32_t shared_blocks;
+    /* Chat structure for live targets (NULL: the prompt is one user
+     * message with the session marker at token 0): the prompt's messages
+     * in order, each a role and its share of the prompt's tokens (the
+     * chain's blocks, then the synthetic tail), summing to prompt_tokens
+     * minus the marker; marker != 0: one extra token made from it at the
+     * start of the first user message. */
+    const struct plan_msg *msgs;
+    uint32_t n_msgs;
+    uint64_t marker;
     const struct target_cb *cb;
     void *arg;                 /* the caller's pointer */
     int64_t start_ns;          /* set by the caller to loop_now() before

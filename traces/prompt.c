@@ -81,7 +81,7 @@ static inline uint32_t token_at(const struct prompt_spec *s, int64_t i, int64_t 
                                 uint64_t key)
 {
     uint64_t h;
-    if (i < PROMPT_MARKER_TOKENS)
+    if (i < PROMPT_MARKER_TOKENS && !s->unmarked)
         h = hash_mix(s->session_salt ^ 0x6d61726b6572ull, (uint64_t)i);
     else if (b < (int64_t)s->n_blocks)
         h = hash_mix(key, (uint64_t)off);

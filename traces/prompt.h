@@ -2,9 +2,11 @@
  * reverse: block ids derived from prompt content (the simulated server).
  *
  * A prompt of T tokens is a sequence of T synthetic tokens. Token i is:
- *   - i < PROMPT_MARKER_TOKENS: drawn from the session marker (a hash of the
- *     run seed and the session tree), so different session trees never
- *     share a prefix and a server's prefix cache keeps them apart;
+ *   - i < PROMPT_MARKER_TOKENS (unless `unmarked`): drawn from the session
+ *     marker (a hash of the run seed and the session tree), so different
+ *     session trees never share a prefix and a server's prefix cache keeps
+ *     them apart (unmarked prompts carry their marker as a separate word
+ *     elsewhere: AgentX's cache-bust marker after the system message);
  *   - else, if block b = i / block_size is in the call's chain: drawn from
  *     (scope, block id, i mod block_size): the same block id gives the same
  *     tokens, so a real server's prefix cache hits exactly where the trace
@@ -28,6 +30,7 @@
 #ifndef PROMPT_H
 #define PROMPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +49,7 @@ struct prompt_spec {
     uint32_t n_blocks;
     int64_t block_size;      /* tokens per block */
     int64_t tokens;          /* prompt length in tokens */
+    bool unmarked;           /* no marker tokens: every token is content */
 };
 
 /* Token i's value in [0, PROMPT_ID_RANGE). */
