@@ -66,7 +66,7 @@ static void on_arrival(struct loop *l, struct loop_timer *tm)
 {
     struct arrivals *a = tm->arg;
     struct replay *rp = a->rp;
-    if (rp->stopping)
+    if (rp->stopping || rp->requests_hit)
         return;
     /* The intended time, not the (possibly late) firing time: on the real
      * clock a stalled generator must show as schedule lag, not as fewer
@@ -112,7 +112,7 @@ static void closed_lane_send(struct loop *l, struct loop_timer *tm)
 {
     struct closed_lane *ln = tm->arg;
     struct replay *rp = ln->a->rp;
-    if (rp->stopping || tm->at_ns >= rp->cfg.duration_ns) {
+    if (rp->stopping || rp->requests_hit || tm->at_ns >= rp->cfg.duration_ns) {
         replay_maybe_finish(rp);
         return;
     }

@@ -35,6 +35,15 @@ struct http_xfer {
     size_t head_len, head_off;
     char tail[512];           /* JSON after it */
     size_t tail_len, tail_off;
+    /* Chat structure (target.h msgs, marker): the prompt's tokens split
+     * into messages, the text between them written as the generator
+     * reaches each boundary. */
+    bool chat_msgs;
+    uint32_t msg;             /* the message being written */
+    int64_t prompt_total;     /* content tokens (the marker excluded) */
+    int64_t msg_tok_end;      /* token where the message being written ends */
+    char sep[192];            /* text pending before the next token */
+    size_t sep_len, sep_off;
     char *body;               /* a short body, whole (owned; freed when the answer begins) */
     /* Response (http_response.c). */
     struct sse sse;

@@ -1,4 +1,6 @@
-/* lanes.c: session lanes: AgentX session trees on N lanes: runners, think
+/* lanes_legacy.c: the replayer's earlier session-lane rules (`--rules legacy`),
+ * kept unchanged so that earlier results can be reproduced: session trees on
+ * N lanes: runners, per-gap capped think
  * times, subagent forks and joins, warm start, recycling (lanes.h).
  *
  * Objects:
@@ -23,7 +25,7 @@
 #include "traces/base/rng.h"
 
 struct lane {
-    struct lanes *ls;
+    struct lanes_legacy *ls;
     int idx;
     int64_t tree;               /* instance number of the tree it holds */
     uint64_t cache_key;         /* the target's session key for its calls */
@@ -33,7 +35,7 @@ struct lane {
 };
 
 struct runner {
-    struct lanes *ls;
+    struct lanes_legacy *ls;
     struct lane *lane;
     uint32_t session;           /* index into trace.sessions */
     uint32_t next_call;         /* index of the next call to send */
@@ -50,7 +52,7 @@ struct runner {
     struct list_node node;      /* in lanes.runners, newest first */
 };
 
-struct lanes {
+struct lanes_legacy {
     struct replay *rp;
     struct rng rng;             /* RNG_TRACE: permutation, start points, recycled roots */
     struct lane *lane;
@@ -64,18 +66,18 @@ struct lanes {
     uint64_t recycled;
 };
 
-static const struct trace_session *sess(const struct lanes *ls, uint32_t s)
+static const struct trace_session *sess(const struct lanes_legacy *ls, uint32_t s)
 {
     return &ls->rp->tr->sessions[s];
 }
 
-static const struct trace_call *scall(const struct lanes *ls, uint32_t s, uint32_t j)
+static const struct trace_call *scall(const struct lanes_legacy *ls, uint32_t s, uint32_t j)
 {
     return &ls->rp->tr->calls[sess(ls, s)->first_call + j];
 }
 
 /* A recorded gap (think time, fork gap) under the idle cap. */
-static int64_t capped(const struct lanes *ls, int64_t gap)
+static int64_t capped(const struct lanes_legacy *ls, int64_t gap)
 {
     if (gap < 0)
         gap = 0;
@@ -90,7 +92,7 @@ static void runner_try_end(struct runner *rn);
 
 static void lane_tree_done(struct lane *ln)
 {
-    struct lanes *ls = ln->ls;
+    struct lanes_legacy *ls = ln->ls;
     struct replay *rp = ls->rp;
     ln->holds_tree = false;
     ls->active--;
@@ -102,7 +104,7 @@ static void lane_tree_done(struct lane *ln)
 
 static void runner_end(struct runner *rn)
 {
-    struct lanes *ls = rn->ls;
+    struct lanes_legacy *ls = rn->ls;
     struct replay *rp = ls->rp;
     struct lane *ln = rn->lane;
     ASSERT(!rn->call && !loop_timer_armed(&rn->timer) && rn->pending_joins == 0);
@@ -151,7 +153,7 @@ static void runner_spawn(struct lane *ln, uint32_t s, uint32_t first, uint32_t w
  * start). */
 static void fork_children(struct runner *rn, uint32_t after, int64_t base_ns)
 {
-    struct lanes *ls = rn->ls;
+    struct lanes_legacy *ls = rn->ls;
     struct replay *rp = ls->rp;
     if (!rp->cfg.subagents)
         return;
@@ -179,7 +181,7 @@ static void runner_after_call(void *owner, uint32_t j);
 static void runner_send(struct loop *l, struct loop_timer *tm)
 {
     struct runner *rn = tm->arg;
-    struct lanes *ls = rn->ls;
+    struct lanes_legacy *ls = rn->ls;
     struct replay *rp = ls->rp;
     if (rp->stopping || tm->at_ns >= rp->cfg.duration_ns) {
         runner_try_end(rn);
@@ -206,7 +208,7 @@ static void runner_send(struct loop *l, struct loop_timer *tm)
 static void runner_spawn(struct lane *ln, uint32_t s, uint32_t first, uint32_t warmup_index,
                          int64_t fork_min_t_ns, struct runner *join_parent, int64_t at)
 {
-    struct lanes *ls = ln->ls;
+    struct lanes_legacy *ls = ln->ls;
     struct replay *rp = ls->rp;
     struct runner *rn = xcalloc(1, sizeof *rn);
     rn->ls = ls;
@@ -239,7 +241,7 @@ static void runner_spawn(struct lane *ln, uint32_t s, uint32_t first, uint32_t w
 static void runner_after_call(void *owner, uint32_t j)
 {
     struct runner *rn = owner;
-    struct lanes *ls = rn->ls;
+    struct lanes_legacy *ls = rn->ls;
     struct replay *rp = ls->rp;
     int64_t now = loop_now(rp->loop);
     rn->call = NULL;
@@ -279,7 +281,7 @@ static void runner_after_call(void *owner, uint32_t j)
  * start point (a first lane), else from its first call (recycled). */
 static void lane_tree_new(struct lane *ln, uint32_t root, bool warm)
 {
-    struct lanes *ls = ln->ls;
+    struct lanes_legacy *ls = ln->ls;
     struct replay *rp = ls->rp;
     ln->tree = ls->next_tree++;
     ln->root = root;
@@ -305,11 +307,11 @@ static void lane_tree_new(struct lane *ln, uint32_t root, bool warm)
     runner_spawn(ln, root, first, warm_i, min_t, NULL, loop_now(rp->loop));
 }
 
-struct lanes *lanes_create(struct replay *rp, char *err)
+struct lanes_legacy *lanes_legacy_create(struct replay *rp, char *err)
 {
     const struct trace *tr = rp->tr;
     const struct replay_config *c = &rp->cfg;
-    struct lanes *ls = xcalloc(1, sizeof *ls);
+    struct lanes_legacy *ls = xcalloc(1, sizeof *ls);
     ls->rp = rp;
     rng_init(&ls->rng, c->seed, RNG_TRACE);
     list_init(&ls->runners);
@@ -320,13 +322,13 @@ struct lanes *lanes_create(struct replay *rp, char *err)
             ls->roots[ls->n_roots++] = s;
     if (!ls->n_roots) {
         err_set(err, "the trace has no sessions with calls");
-        lanes_destroy(ls);
+        lanes_legacy_destroy(ls);
         return NULL;
     }
     if (!c->recycle && (uint32_t)c->concurrency > ls->n_roots) {
         err_set(err, "--concurrency %d is above the %u sessions of the trace and recycling "
                      "is off (--no-recycle)", c->concurrency, ls->n_roots);
-        lanes_destroy(ls);
+        lanes_legacy_destroy(ls);
         return NULL;
     }
     ls->n_lanes = c->concurrency;
@@ -338,7 +340,7 @@ struct lanes *lanes_create(struct replay *rp, char *err)
     return ls;
 }
 
-void lanes_start(struct lanes *ls)
+void lanes_legacy_start(struct lanes_legacy *ls)
 {
     /* First lanes: a random permutation of the roots, cycled. */
     uint32_t *perm = xmalloc(ls->n_roots * sizeof *perm);
@@ -354,7 +356,7 @@ void lanes_start(struct lanes *ls)
     free(perm);
 }
 
-void lanes_stop(struct lanes *ls)
+void lanes_legacy_stop(struct lanes_legacy *ls)
 {
     /* The runners whose timer is armed, newest first. Ending one ends at
      * most itself and ancestors that wait for joins (whose timers are not
@@ -375,12 +377,12 @@ void lanes_stop(struct lanes *ls)
     free(armed);
 }
 
-int lanes_active(const struct lanes *ls) { return ls->active; }
-int lanes_runners(const struct lanes *ls) { return ls->n_runners; }
-uint64_t lanes_trees_started(const struct lanes *ls) { return (uint64_t)ls->next_tree; }
-uint64_t lanes_recycled(const struct lanes *ls) { return ls->recycled; }
+int lanes_legacy_active(const struct lanes_legacy *ls) { return ls->active; }
+int lanes_legacy_runners(const struct lanes_legacy *ls) { return ls->n_runners; }
+uint64_t lanes_legacy_trees_started(const struct lanes_legacy *ls) { return (uint64_t)ls->next_tree; }
+uint64_t lanes_legacy_recycled(const struct lanes_legacy *ls) { return ls->recycled; }
 
-int lanes_verify(const struct lanes *ls, char *err)
+int lanes_legacy_verify(const struct lanes_legacy *ls, char *err)
 {
     int nr = 0, rc = 0;
     int *per_lane = xcalloc((size_t)(ls->n_lanes ? ls->n_lanes : 1), sizeof *per_lane);
@@ -418,7 +420,7 @@ out:
     return rc;
 }
 
-void lanes_destroy(struct lanes *ls)
+void lanes_legacy_destroy(struct lanes_legacy *ls)
 {
     if (!ls)
         return;

@@ -185,6 +185,11 @@ void metrics_add(struct metrics *m, const struct replay_record *r)
         m->cached_tokens += r->cached_tokens;
         m->cached_prompt_tokens += r->prompt_tokens;
     }
+    if (r->has_blocks && r->total_blocks > 0) {
+        int64_t hit = r->hit_blocks < 0 ? 0 : r->hit_blocks;
+        m->theo_hit_blocks += hit < r->total_blocks ? hit : r->total_blocks;
+        m->theo_blocks += r->total_blocks;
+    }
     if (r->start_ns < m->min_start_ns)
         m->min_start_ns = r->start_ns;
     if (r->end_ns > m->max_end_ns)
@@ -283,6 +288,9 @@ void metrics_summarize(const struct metrics *m, int gpus, const struct metrics_s
                              ? (double)m->cached_tokens / (double)m->cached_prompt_tokens
                              : NAN;
     s->prefix_hit_rate_theoretical = NAN;
+    s->theoretical = m->theoretical;
+    s->prefix_hit_rate_theoretical_measured =
+        m->theo_blocks > 0 ? (double)m->theo_hit_blocks / (double)m->theo_blocks : NAN;
     double dur = m->completed ? (double)(m->max_end_ns - m->min_start_ns) / 1e9 : 0;
     s->measured_duration_s = dur;
     if (dur > 0) {
@@ -346,6 +354,9 @@ void *metrics_summary_json(const struct metrics_summary *s)
     }
     json_object_set_new(o, "prefix_hit_rate", num(s->prefix_hit_rate));
     json_object_set_new(o, "prefix_hit_rate_theoretical", num(s->prefix_hit_rate_theoretical));
+    if (s->theoretical)
+        json_object_set_new(o, "prefix_hit_rate_theoretical_measured",
+                            num(s->prefix_hit_rate_theoretical_measured));
     json_object_set_new(o, "requests",
                         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
                                   "completed", (json_int_t)s->completed,

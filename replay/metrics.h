@@ -78,6 +78,10 @@ struct metrics {
     int64_t input_tokens, output_tokens;  /* measured requests */
     int64_t cached_tokens, cached_prompt_tokens; /* where cached is known */
     int64_t min_start_ns, max_end_ns;     /* measured requests */
+    /* The theoretical prefix hit over the measured requests (agentx:
+     * records carry their turn's blocks): hit and total blocks. */
+    bool theoretical;
+    int64_t theo_hit_blocks, theo_blocks;
 };
 
 struct metrics_summary {
@@ -91,6 +95,11 @@ struct metrics_summary {
     bool has_slo;
     double prefix_hit_rate;      /* achieved; NaN when unknown */
     double prefix_hit_rate_theoretical; /* NaN when not computed */
+    /* AIPerf's theoretical prefix-cache hit rate (block-weighted, leading
+     * hits from the plan) over the measured requests
+     * (aiperf/metrics/theoretical_prefix_cache.py); NaN when none. */
+    double prefix_hit_rate_theoretical_measured;
+    bool theoretical;            /* the agentx rules: the line above is written */
     uint64_t records, completed, errors, warmup, cancelled, overflow;
     int64_t preemptions, fallback_steps;
     double measured_duration_s;

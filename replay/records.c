@@ -81,6 +81,10 @@ static json_t *record_json(const struct replay_record *r, bool chunk_times)
     json_object_set_new(o, "overflow", json_boolean(r->overflow));
     json_object_set_new(o, "error", r->error ? json_string(r->error) : json_null());
     json_object_set_new(o, "model", r->model ? json_string(r->model) : json_null());
+    if (r->has_blocks) {
+        json_object_set_new(o, "hit_blocks", json_integer((json_int_t)r->hit_blocks));
+        json_object_set_new(o, "blocks", json_integer((json_int_t)r->total_blocks));
+    }
     if (r->live) {
         json_object_set_new(o, "http_status", json_integer(r->http_status));
         json_object_set_new(o, "server_prompt_tokens", int_or_null(r->server_prompt_tokens));
@@ -225,6 +229,12 @@ static void format_direct(struct lbuf *b, const struct replay_record *r, bool ch
         lb_str(b, r->model);
     else
         LB_LIT(b, "null");
+    if (r->has_blocks) {
+        LB_LIT(b, ",\"hit_blocks\":");
+        lb_int(b, r->hit_blocks);
+        LB_LIT(b, ",\"blocks\":");
+        lb_int(b, r->total_blocks);
+    }
     if (r->live) {
         LB_LIT(b, ",\"http_status\":");
         lb_int(b, r->http_status);

@@ -38,6 +38,11 @@ struct replay_record {
     bool overflow;             /* over the context limit */
     const char *error;         /* NULL when it completed */
     const char *model;         /* model name recorded in the trace, or NULL */
+    /* Theoretical prefix hit of the turn it replays (agentx rules: the
+     * plan's leading blocks seen earlier in the trace's recorded order, of
+     * its chain's blocks); written when has_blocks. */
+    bool has_blocks;
+    int64_t hit_blocks, total_blocks;
     /* Chunk arrival times (chunks of them), or NULL. */
     const int64_t *chunk_times_ns;
     /* Live targets only (written when `live`). */

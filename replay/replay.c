@@ -1,15 +1,19 @@
 /* replay.c: the replayer's run: creation and its checks, start, the
- * timeline ticks, the end of the run (stop at the duration, grace,
- * cancellation, interrupt), verify and destroy (replay.h).
+ * timeline ticks, the end of the run (stop at the duration or after
+ * --requests calls, grace, cancellation, interrupt, abort), verify and
+ * destroy (replay.h).
  *
- * The traffic comes from one of two sources, chosen by the mode: the
- * session lanes (lanes.c) or the arrivals over independent calls
- * (arrivals.c); both send through the call bookkeeping (replay_call.c).
+ * The traffic comes from one of three sources, chosen by the mode and
+ * the rules: the session lanes (lanes.c, the agentx rules, over the
+ * trace's replay plan; lanes_legacy.c, the legacy rules) or the arrivals
+ * over independent calls (arrivals.c); all send through the call
+ * bookkeeping (replay_call.c).
  * The summary and the AgentX verdict are in replay_outcome.c.
  * Everything happens in loop callbacks; nothing blocks. */
 #include "replay/replay_internal.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +22,13 @@
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
 #include "traces/base/time_ns.h"
+#include "traces/plan.h"
+
+/* Lanes holding a tree, whichever rules. */
+static int64_t lanes_live(const struct replay *rp)
+{
+    return rp->lanes ? lanes_active(rp->lanes) : lanes_legacy_active(rp->legacy);
+}
 
 /* ---------------------------------------------------------------------- */
 /* Timeline. */
@@ -32,7 +43,7 @@ static void write_tick(struct replay *rp, int64_t now)
         int64_t dc = ts.cached_tokens - rp->last_stats.cached_tokens;
         int64_t dout = ts.output_tokens - rp->last_stats.output_tokens;
         /* The live_sessions column: lanes holding a tree, or calls in flight. */
-        int64_t live = rp->lanes ? lanes_active(rp->lanes) : rp->n_inflight;
+        int64_t live = rp->lanes || rp->legacy ? lanes_live(rp) : rp->n_inflight;
         char kv[32], hit[32];
         if (ts.kv_used_frac >= 0)
             snprintf(kv, sizeof kv, "%.6f", ts.kv_used_frac);
@@ -66,6 +77,8 @@ static void on_tick(struct loop *l, struct loop_timer *tm)
 /* ---------------------------------------------------------------------- */
 /* End of run. */
 
+static void on_stop(struct loop *l, struct loop_timer *tm);
+
 static void on_grace(struct loop *l, struct loop_timer *tm)
 {
     struct replay *rp = tm->arg;
@@ -83,14 +96,52 @@ static void begin_stop(struct replay *rp)
         arrivals_stop(rp->arrivals);
     if (rp->lanes)
         lanes_stop(rp->lanes);
+    if (rp->legacy)
+        lanes_legacy_stop(rp->legacy);
 }
 
+/* At the duration (or when --requests is reached): nothing new starts;
+ * calls in flight get the grace period from now. */
 static void on_stop(struct loop *l, struct loop_timer *tm)
 {
     struct replay *rp = tm->arg;
     begin_stop(rp);
     if (rp->cfg.grace_ns >= 0)
-        loop_at(l, &rp->grace_timer, rp->cfg.duration_ns + rp->cfg.grace_ns, on_grace, rp);
+        loop_at(l, &rp->grace_timer, loop_now(l) + rp->cfg.grace_ns, on_grace, rp);
+    replay_maybe_finish(rp);
+}
+
+void replay_measure_start(struct replay *rp)
+{
+    int64_t now = loop_now(rp->loop);
+    rp->measure_start_ns = now;
+    rp->stop_ns = now + rp->cfg.duration_ns;
+    loop_at(rp->loop, &rp->stop_timer, rp->stop_ns, on_stop, rp);
+}
+
+void replay_requests_reached(struct replay *rp)
+{
+    rp->requests_hit = true;
+    loop_at(rp->loop, &rp->stop_timer, loop_now(rp->loop), on_stop, rp);
+}
+
+bool replay_can_send(const struct replay *rp)
+{
+    if (rp->stopping || rp->requests_hit)
+        return false;
+    return loop_now(rp->loop) < rp->stop_ns;
+}
+
+void replay_abort(struct replay *rp, const char *fmt, ...)
+{
+    if (rp->finished || rp->aborted[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rp->aborted, sizeof rp->aborted, fmt, ap);
+    va_end(ap);
+    begin_stop(rp);
+    replay_calls_cancel(rp);
     replay_maybe_finish(rp);
 }
 
@@ -99,7 +150,11 @@ static bool idle(const struct replay *rp)
 {
     if (rp->n_inflight)
         return false;
-    return rp->lanes ? lanes_active(rp->lanes) == 0 : arrivals_idle(rp->arrivals);
+    if (rp->lanes)
+        return lanes_idle(rp->lanes);
+    if (rp->legacy)
+        return lanes_legacy_active(rp->legacy) == 0;
+    return arrivals_idle(rp->arrivals);
 }
 
 void replay_maybe_finish(struct replay *rp)
@@ -108,7 +163,7 @@ void replay_maybe_finish(struct replay *rp)
         return;
     if (!rp->stopping)
         begin_stop(rp);
-    if (rp->n_inflight || (rp->lanes && lanes_runners(rp->lanes)))
+    if (rp->n_inflight || (rp->legacy && lanes_legacy_runners(rp->legacy)))
         return;
     rp->finished = true;
     rp->end_ns = loop_now(rp->loop);
@@ -131,8 +186,37 @@ void replay_interrupt(struct replay *rp)
 /* ---------------------------------------------------------------------- */
 /* Creation. */
 
+/* The agentx rules refuse the legacy rules' own switches, which have no
+ * meaning for a plan. */
+static int check_agentx(const struct replay_config *c, char *err)
+{
+    struct replay_config d;
+    replay_config_defaults(&d);
+    const char *bad = !c->warmup_call                            ? "--no-warmup-call"
+                      : !c->skip_early_subagents                 ? "--keep-early-subagents"
+                      : !c->honour_join                          ? "--no-join"
+                      : c->join_all                              ? "--join-subagents"
+                      : c->think_end_to_start != d.think_end_to_start ? "--think"
+                      : c->measure_all_types != d.measure_all_types   ? "--measure"
+                                                                 : NULL;
+    if (bad)
+        return err_set(err, "%s belongs to the legacy rules: add --rules legacy", bad);
+    if (!(c->start_min_ratio >= 0 && c->start_min_ratio <= c->start_max_ratio &&
+          c->start_max_ratio <= 1))
+        return err_set(err, "--start-min-ratio %g and --start-max-ratio %g: need 0 <= min <= max <= 1",
+                       c->start_min_ratio, c->start_max_ratio);
+    return 0;
+}
+
 struct replay *replay_create(const struct replay_config *c, const struct trace *t,
                              struct target *tg, struct loop *l, char *err)
+{
+    return replay_create_plan(c, t, NULL, tg, l, err);
+}
+
+struct replay *replay_create_plan(const struct replay_config *c, const struct trace *t,
+                                  const struct plan *plan, struct target *tg, struct loop *l,
+                                  char *err)
 {
     if (!t || !t->n_calls) {
         err_set(err, "the trace has no calls");
@@ -164,8 +248,16 @@ struct replay *replay_create(const struct replay_config *c, const struct trace *
         err_set(err, "--arrival needs a rate > 0");
         return NULL;
     }
+    bool agentx = c->mode == REPLAY_MODE_SESSIONS && c->rules == REPLAY_RULES_AGENTX;
+    if (agentx && check_agentx(c, err))
+        return NULL;
+    if (c->mode == REPLAY_MODE_SESSIONS && c->rules == REPLAY_RULES_LEGACY && c->requests > 0) {
+        err_set(err, "--requests needs the agentx rules or an arrival mode");
+        return NULL;
+    }
     struct replay *rp = xcalloc(1, sizeof *rp);
     rp->cfg = *c;
+    rp->cfg.grace_ns = replay_config_grace(c);
     if (rp->cfg.tick_ns <= 0)
         rp->cfg.tick_ns = NS_PER_S;
     rp->tr = t;
@@ -174,9 +266,28 @@ struct replay *replay_create(const struct replay_config *c, const struct trace *
     list_init(&rp->inflight);
     list_init(&rp->cancelling);
     metrics_init(&rp->metrics);
-    if (c->mode == REPLAY_MODE_SESSIONS) {
-        rp->lanes = lanes_create(rp, err);
+    rp->stop_ns = INT64_MAX;
+    rp->same_end_ns = -1;
+    if (agentx) {
+        rp->metrics.theoretical = true;
+        rp->plan = plan;
+        if (!plan) {
+            struct plan_opts po;
+            plan_opts_defaults(&po);
+            rp->plan = rp->own_plan = plan_build(t, &po, err);
+            if (!rp->plan) {
+                replay_destroy(rp);
+                return NULL;
+            }
+        }
+        rp->lanes = lanes_create(rp, rp->plan, err);
         if (!rp->lanes) {
+            replay_destroy(rp);
+            return NULL;
+        }
+    } else if (c->mode == REPLAY_MODE_SESSIONS) {
+        rp->legacy = lanes_legacy_create(rp, err);
+        if (!rp->legacy) {
             replay_destroy(rp);
             return NULL;
         }
@@ -207,10 +318,13 @@ int replay_start(struct replay *rp)
     int64_t now = loop_now(l);
     rp->started = true;
     target_stats(rp->tg, &rp->last_stats);
-    loop_at(l, &rp->stop_timer, rp->cfg.duration_ns, on_stop, rp);
+    if (!rp->lanes)
+        replay_measure_start(rp); /* agentx: after the warm-up */
     loop_at(l, &rp->tick_timer, now + rp->cfg.tick_ns, on_tick, rp);
     if (rp->lanes)
         lanes_start(rp->lanes);
+    else if (rp->legacy)
+        lanes_legacy_start(rp->legacy);
     else
         arrivals_start(rp->arrivals);
     replay_maybe_finish(rp);
@@ -226,6 +340,8 @@ int replay_verify(const struct replay *rp, char *err)
         return -1;
     if (rp->lanes && lanes_verify(rp->lanes, err))
         return -1;
+    if (rp->legacy && lanes_legacy_verify(rp->legacy, err))
+        return -1;
     if (loop_heap_verify(&rp->loop->heap))
         return err_set(err, "timer heap invariant broken");
     return 0;
@@ -240,7 +356,10 @@ void replay_destroy(struct replay *rp)
     rp->destroying = true;
     replay_calls_drop(rp);
     lanes_destroy(rp->lanes);
+    lanes_legacy_destroy(rp->legacy);
     arrivals_destroy(rp->arrivals);
+    if (rp->own_plan)
+        plan_destroy(rp->own_plan);
     loop_cancel(rp->loop, &rp->stop_timer);
     loop_cancel(rp->loop, &rp->grace_timer);
     loop_cancel(rp->loop, &rp->tick_timer);

@@ -5,11 +5,35 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
 
 static const struct target_cb call_cb;
+
+/* Call ends in a row at one time of the clock after which the run has
+ * made no progress (a run whose every call fails at once would otherwise
+ * spin in zero virtual time), beyond what a concurrency could end at
+ * once. */
+#define NO_PROGRESS_ENDS 1000000
+
+/* A server's error that means the prompt is over the context limit
+ * (aiperf/common/scenario/context_overflow.py, the AgentX substrings). */
+static bool overflow_message(const char *msg)
+{
+    static const char *const pats[] = {"context length", "maximum context",
+                                       "context_length_exceeded", "prompt is too long"};
+    if (!msg)
+        return false;
+    for (size_t i = 0; i < ARRAY_LEN(pats); i++) {
+        size_t n = strlen(pats[i]);
+        for (const char *p = msg; *p; p++)
+            if (!strncasecmp(p, pats[i], n))
+                return true;
+    }
+    return false;
+}
 
 void replay_call_blocks(const struct trace *t, const struct trace_call *c, uint64_t *out)
 {
@@ -43,6 +67,7 @@ struct replay_call *replay_call_new(struct replay *rp, const struct trace_call *
     call->tc.cached_tokens = -1;
     call->tc.server_prompt_tokens = call->tc.server_output_tokens = -1;
     call->lane_idx = -1;
+    call->hit_blocks = call->total_blocks = -1;
     list_node_init(&call->node);
     if (!rp->cfg.measure_all_types && c->type != TRACE_CALL_NORMAL)
         call->warmup = true;
@@ -105,18 +130,39 @@ static void call_end(struct replay_call *call, int64_t t_ns, enum target_status 
     r.server_prompt_tokens = call->tc.server_prompt_tokens;
     r.server_output_tokens = call->tc.server_output_tokens;
     r.live = rp->tg->live || call->tc.http_status != 0;
+    r.has_blocks = call->total_blocks >= 0;
+    r.hit_blocks = call->hit_blocks;
+    r.total_blocks = call->total_blocks;
+    call->end = REPLAY_END_OK;
     if (st == TARGET_ERR_CANCELLED || (call->cancel_requested && st != TARGET_OK)) {
         r.cancelled = true;
         r.error = "cancelled";
+        call->end = REPLAY_END_CANCELLED;
     } else if (st == TARGET_ERR_TOO_LONG) {
         r.overflow = true;
         r.error = "context overflow";
+        call->end = REPLAY_END_OVERFLOW;
     } else if (st != TARGET_OK) {
         r.error = msg && *msg ? msg : target_status_name(st);
+        r.overflow = overflow_message(msg);
+        call->end = r.overflow ? REPLAY_END_OVERFLOW : REPLAY_END_ERROR;
     }
     write_record(rp, &r);
     if (call->on_end)
         call->on_end(call->owner, call->call_index);
+    if (!r.cancelled) {
+        if (t_ns != rp->same_end_ns) {
+            rp->same_end_ns = t_ns;
+            rp->same_ends = 0;
+        }
+        uint64_t limit = rp->cfg.no_progress_ends ? rp->cfg.no_progress_ends
+                                                  : NO_PROGRESS_ENDS + 16 * (uint64_t)rp->cfg.concurrency;
+        if (++rp->same_ends == limit)
+            replay_abort(rp, "no progress: %llu calls ended at %.3f s without the clock advancing "
+                             "(the last: %s); the run is stopped",
+                         (unsigned long long)rp->same_ends, (double)t_ns / 1e9,
+                         r.error ? r.error : "completed");
+    }
     call_free(call);
     replay_maybe_finish(rp);
 }
@@ -126,6 +172,12 @@ void replay_call_send(struct replay *rp, struct replay_call *call)
     int64_t now = loop_now(rp->loop);
     call->tc.start_ns = now;
     rp->calls_sent++;
+    if (!call->warmup && ++rp->measured_sent == (uint64_t)rp->cfg.requests && rp->cfg.requests > 0 &&
+        !rp->stopping) {
+        /* --requests: this is the last call that starts; the stop (and the
+         * grace) follow at once, after this call is on its way. */
+        replay_requests_reached(rp);
+    }
     if (rp->cfg.max_model_len > 0 &&
         call->tc.prompt_tokens + call->tc.max_tokens > rp->cfg.max_model_len) {
         snprintf(call->tc.error, sizeof call->tc.error, "context overflow");

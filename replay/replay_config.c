@@ -1,6 +1,7 @@
 /* replay_config.c: the replayer's configuration (replay.h): AgentX
  * defaults, the replay flag table every command shares, and run.json's
- * "config.replay". */
+ * "config.replay" (under the legacy rules and in the open-loop modes
+ * exactly as before the agentx rules, so earlier results compare). */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,10 +17,15 @@ void replay_config_defaults(struct replay_config *c)
 {
     memset(c, 0, sizeof *c);
     c->mode = REPLAY_MODE_SESSIONS;
+    c->rules = REPLAY_RULES_AGENTX;
     c->concurrency = 8;
     c->duration_ns = 1800 * NS_PER_S;
-    c->grace_ns = 300 * NS_PER_S;
+    c->grace_ns = 300 * NS_PER_S; /* agentx sessions: 30 s unless given */
     c->idle_cap_ns = 10 * NS_PER_S;
+    c->think_cap_ns = -1;
+    c->start_min_ratio = 0.0;
+    c->start_max_ratio = 1.0;
+    c->requests = 0;
     c->warm_start = true;
     c->warmup_call = true;
     c->skip_early_subagents = true;
@@ -39,6 +45,18 @@ void replay_config_defaults(struct replay_config *c)
     c->seed = 1;
     c->tick_ns = NS_PER_S;
     c->chunk_times = false;
+}
+
+void replay_config_legacy(struct replay_config *c) { c->rules = REPLAY_RULES_LEGACY; }
+
+/* The grace period in force: 30 s under the agentx rules (AIPerf's
+ * --benchmark-grace-period when a duration is given,
+ * aiperf/config/flags/cli_config.py), 300 s otherwise, unless given. */
+int64_t replay_config_grace(const struct replay_config *c)
+{
+    if (!c->grace_set && c->mode == REPLAY_MODE_SESSIONS && c->rules == REPLAY_RULES_AGENTX)
+        return 30 * NS_PER_S;
+    return c->grace_ns;
 }
 
 const char *replay_mode_name(enum replay_mode m)
@@ -105,6 +123,8 @@ static int parse_arrival(const char *name, const char *v, void *group, char *err
     return err_set(err, "%s '%s': expected poisson:RATE or gamma:RATE:CV", name, v);
 }
 
+static const struct flag_choice rules_names[] = {
+    {"agentx", REPLAY_RULES_AGENTX, false}, {"legacy", REPLAY_RULES_LEGACY, false}, {NULL, 0, false}};
 static const struct flag_choice think_names[] = {
     {"end-to-start", 1, false}, {"start-to-start", 0, false}, {NULL, 0, false}};
 static const struct flag_choice measure_names[] = {
@@ -121,11 +141,26 @@ const struct flag replay_flags[] = {
      .opts = FLAG_OPEN_MIN},
     {"--grace", 0, FLAG_DURATION, FLAG_AT(RC, grace_ns), NULL,
      "in-flight calls finish up to S after, then are\ncancelled; none: wait for all",
-     .min = 0, .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_NONE},
+     .def = "30 (agentx), 300 (legacy, open loop)", .min = 0,
+     .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_NONE, .seen = FLAG_SEEN(RC, grace_set)},
+    {"--requests", 0, FLAG_INT64, FLAG_AT(RC, requests), "N",
+     "no call starts after N measured calls (0: no\nlimit); the grace follows", .min = 0,
+     .max = INT64_MAX},
     {"--seed", 0, FLAG_U64, FLAG_AT(RC, seed), NULL, "random seed", .def = NULL},
+    {"--rules", 0, FLAG_CHOICE, FLAG_AT(RC, rules), NULL,
+     "sessions mode: AIPerf's AgentX replay of the\ntrace's plan, or the earlier rules (to\n"
+     "reproduce earlier results; not AgentX)", .choices = rules_names},
     {"--idle-cap", 0, FLAG_DURATION, FLAG_AT(RC, idle_cap_ns), NULL,
-     "cap on think times and subagent gaps", .min = 0,
+     "agentx: the system-wide idle cap (pending timers\nshift when nothing is in flight; not 10 s:\n"
+     "not AgentX); legacy: cap on each think time\nand subagent gap", .min = 0,
      .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_NONE},
+    {"--think-cap", 0, FLAG_DURATION, FLAG_AT(RC, think_cap_ns), NULL,
+     "agentx: cap on each recorded delay and child\noffset (not AgentX)", .min = 0,
+     .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_NONE},
+    {"--start-min-ratio", 0, FLAG_DOUBLE, FLAG_AT(RC, start_min_ratio), "F",
+     "agentx: t* range over each initial tree's\nrecorded span, from F", .fmin = 0, .fmax = 1},
+    {"--start-max-ratio", 0, FLAG_DOUBLE, FLAG_AT(RC, start_max_ratio), "F",
+     "... to F (equal: exactly there)", .fmin = 0, .fmax = 1},
     {"--mode", 0, FLAG_CUSTOM, FLAG_AT(RC, mode), "sessions|closed|timestamp",
      "how calls are scheduled", .def = "sessions", .parse = parse_mode, .example = "closed"},
     {"--arrival", 0, FLAG_CUSTOM, FLAG_AT(RC, rate), "poisson:RATE|gamma:RATE:CV",
@@ -139,28 +174,28 @@ const struct flag replay_flags[] = {
     {"--overflow-limit", 0, FLAG_DOUBLE, FLAG_AT(RC, overflow_limit), "F",
      "overflow fraction that invalidates a run", .fmin = 0, .fmax = 1},
     {"--min-duration", 0, FLAG_DURATION, FLAG_AT(RC, min_measured_ns), NULL,
-     "measured traffic a valid run needs", .min = 0, .max = INT64_C(1000000000) * NS_PER_S},
+     "a valid run's configured duration (agentx) or\nmeasured traffic (legacy)", .min = 0,
+     .max = INT64_C(1000000000) * NS_PER_S},
     {"--no-warm-start", 0, FLAG_BOOL, FLAG_AT(RC, warm_start), NULL,
-     "lanes start at their traces' first call", .value = false},
+     "lanes start at their traces' first call, with no\nwarm-up (not AgentX)", .value = false},
     {"--no-warmup-call", 0, FLAG_BOOL, FLAG_AT(RC, warmup_call), NULL,
-     "do not send the call before the start point", .value = false},
+     "legacy: do not send the call before the start\npoint", .value = false},
     {"--keep-early-subagents", 0, FLAG_BOOL, FLAG_AT(RC, skip_early_subagents), NULL,
-     "do not skip subagents forked before the start", .value = false},
+     "legacy: do not skip subagents forked before the\nstart", .value = false},
     {"--no-recycle", 0, FLAG_BOOL, FLAG_AT(RC, recycle), NULL,
-     "a lane whose trace ends stays idle", .value = false},
+     "a lane whose tree ends stays idle (not AgentX)", .value = false},
     {"--no-cache-isolation", 0, FLAG_BOOL, FLAG_AT(RC, cache_isolation), NULL,
-     "instances of the same trace share cache", .value = false},
-    {"--no-subagents", 0, FLAG_BOOL, FLAG_AT(RC, subagents), NULL, "replay root sessions only",
-     .value = false},
-    {"--no-join", 0, FLAG_BOOL, FLAG_AT(RC, honour_join), NULL, "never wait for subagents",
-     .value = false},
+     "instances of the same trace share cache: no\ncache-bust marker (not AgentX)", .value = false},
+    {"--no-subagents", 0, FLAG_BOOL, FLAG_AT(RC, subagents), NULL,
+     "replay no subagent (agentx: flat chains stay;\nnot AgentX)", .value = false},
+    {"--no-join", 0, FLAG_BOOL, FLAG_AT(RC, honour_join), NULL,
+     "legacy: never wait for subagents", .value = false},
     {"--join-subagents", 0, FLAG_BOOL, FLAG_AT(RC, join_all), NULL,
-     "parents wait for every subagent (the public\ntraces' subagents end before the parent's\n"
-     "next call; traces/FORMAT.md)", .value = true},
+     "legacy: parents wait for every subagent", .value = true},
     {"--think", 0, FLAG_CHOICE, FLAG_AT(RC, think_end_to_start), NULL,
-     "think time: recorded end-to-start gaps, or\nstart-to-start", .choices = think_names},
+     "legacy: think time from recorded end-to-start\ngaps, or start-to-start", .choices = think_names},
     {"--measure", 0, FLAG_CHOICE, FLAG_AT(RC, measure_all_types), NULL,
-     "measure every call type, or only type n", .choices = measure_names},
+     "legacy: measure every call type, or only type n", .choices = measure_names},
     {"--honour-eos", 0, FLAG_BOOL, FLAG_AT(RC, ignore_eos), NULL,
      "do not ask to ignore end-of-sequence", .value = false},
     {"--chunk-times", 0, FLAG_BOOL, FLAG_AT(RC, chunk_times), NULL,
@@ -169,8 +204,38 @@ const struct flag replay_flags[] = {
 };
 #undef RC
 
+/* The agentx rules' "config.replay". */
+static json_t *agentx_json(const struct replay_config *c)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "mode", json_string(replay_mode_name(c->mode)));
+    json_object_set_new(o, "rules", json_string("agentx"));
+    json_object_set_new(o, "concurrency", json_integer(c->concurrency));
+    json_object_set_new(o, "duration_s", json_real((double)c->duration_ns / 1e9));
+    int64_t grace = replay_config_grace(c);
+    json_object_set_new(o, "grace_s", grace < 0 ? json_null() : json_real((double)grace / 1e9));
+    json_object_set_new(o, "requests", json_integer((json_int_t)c->requests));
+    json_object_set_new(o, "idle_cap_s", c->idle_cap_ns < 0 ? json_null() : json_real((double)c->idle_cap_ns / 1e9));
+    json_object_set_new(o, "think_cap_s", c->think_cap_ns < 0 ? json_null() : json_real((double)c->think_cap_ns / 1e9));
+    json_object_set_new(o, "start_min_ratio", json_real(c->start_min_ratio));
+    json_object_set_new(o, "start_max_ratio", json_real(c->start_max_ratio));
+    json_object_set_new(o, "warm_start", json_boolean(c->warm_start));
+    json_object_set_new(o, "recycle", json_boolean(c->recycle));
+    json_object_set_new(o, "cache_isolation", json_boolean(c->cache_isolation));
+    json_object_set_new(o, "subagents", json_boolean(c->subagents));
+    json_object_set_new(o, "ignore_eos", json_boolean(c->ignore_eos));
+    json_object_set_new(o, "max_model_len", json_integer((json_int_t)c->max_model_len));
+    json_object_set_new(o, "overflow_limit", json_real(c->overflow_limit));
+    json_object_set_new(o, "min_duration_s", json_real((double)c->min_measured_ns / 1e9));
+    json_object_set_new(o, "seed", json_integer((json_int_t)c->seed));
+    json_object_set_new(o, "tick_s", json_real((double)c->tick_ns / 1e9));
+    return o;
+}
+
 void *replay_config_json(const struct replay_config *c)
 {
+    if (c->mode == REPLAY_MODE_SESSIONS && c->rules == REPLAY_RULES_AGENTX)
+        return agentx_json(c);
     json_t *o = json_object();
     json_object_set_new(o, "mode", json_string(replay_mode_name(c->mode)));
     json_object_set_new(o, "concurrency", json_integer(c->concurrency));

@@ -1,7 +1,8 @@
 /* replay_internal.h: what the replayer's modules share: the run's state
  * (struct replay), a call in flight and the call bookkeeping
- * (replay_call.c) that the traffic sources (lanes.c, arrivals.c) use to
- * send calls. Not for use outside replay/replay*.c, lanes.c, arrivals.c.
+ * (replay_call.c) that the traffic sources (lanes.c, lanes_legacy.c,
+ * arrivals.c) use to send calls. Not for use outside replay/replay*.c,
+ * lanes*.c, arrivals.c.
  *
  * The sources make calls and hear when each ends; the bookkeeping sends
  * them, keeps the in-flight list, writes their records and ends the run
@@ -15,7 +16,17 @@
 #include "traces/base/list.h"
 
 struct lanes;
+struct lanes_legacy;
 struct arrivals;
+struct plan;
+
+/* How a call ended, as its owner hears it. */
+enum replay_end {
+    REPLAY_END_OK = 0,
+    REPLAY_END_ERROR,           /* any error but an overflow */
+    REPLAY_END_OVERFLOW,        /* over the context limit (client or server) */
+    REPLAY_END_CANCELLED,
+};
 
 /* The continuation of a call's owner (a session runner, a closed-loop
  * lane): called once when the call has ended and its record is written,
@@ -37,6 +48,8 @@ struct replay_call {
     int64_t *chunk_t;           /* chunk arrival times (ns), chunks of them */
     size_t chunk_cap;
     bool warmup;                /* recorded, not measured */
+    uint8_t end;                /* enum replay_end, set before on_end */
+    int64_t hit_blocks, total_blocks; /* theoretical prefix hit; -1: unknown */
     bool cancel_requested;
     bool in_target;             /* submitted, done not yet delivered */
     uint64_t *blocks;           /* the call's block chain, n_blocks ids */
@@ -54,7 +67,10 @@ struct replay {
     const struct trace *tr;
     struct target *tg;
     struct loop *loop;
-    struct lanes *lanes;        /* sessions mode, else NULL */
+    struct lanes *lanes;        /* sessions mode, agentx rules, else NULL */
+    struct lanes_legacy *legacy; /* sessions mode, legacy rules, else NULL */
+    const struct plan *plan;    /* the agentx rules' plan (borrowed or own_plan) */
+    struct plan *own_plan;
     struct arrivals *arrivals;  /* every other mode, else NULL */
     /* Calls in the target: not asked to cancel (newest first), and asked
      * to cancel with their done still to come. */
@@ -62,6 +78,14 @@ struct replay {
     int64_t n_inflight;         /* both lists */
     uint64_t next_call_id;
     uint64_t calls_sent;
+    uint64_t measured_sent;     /* calls sent that are not warm-up */
+    int64_t measure_start_ns;   /* the duration counts from here */
+    int64_t stop_ns;            /* measure_start + duration; INT64_MAX before */
+    bool requests_hit;          /* --requests reached */
+    /* No progress: call ends in a row at one time of the clock. */
+    int64_t same_end_ns;
+    uint64_t same_ends;
+    char aborted[ERR_LEN];      /* why the run was cut short, "" if not */
     bool started, stopping, finished, interrupted, destroying;
     struct loop_timer stop_timer, grace_timer, tick_timer;
     /* Outputs. */
@@ -94,5 +118,17 @@ int replay_calls_verify(const struct replay *rp, char *err);
 
 /* Ends the run when nothing is left to send or to hear (replay.c). */
 void replay_maybe_finish(struct replay *rp);
+/* The measured phase begins now (after the warm-up): the duration and the
+ * grace count from here (replay.c). */
+void replay_measure_start(struct replay *rp);
+/* The last call --requests allows was sent: the stop follows at once. */
+void replay_requests_reached(struct replay *rp);
+/* A new call may start now: not stopping, before the end of the duration
+ * and under --requests. */
+bool replay_can_send(const struct replay *rp);
+/* Cuts the run short with a reason (a failed root warm-up, no progress):
+ * nothing new starts, calls in flight are cancelled, the outcome carries
+ * the reason and the run fails. */
+void replay_abort(struct replay *rp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -22,6 +22,41 @@ static void add_reason(struct replay_outcome *o, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Validity under the agentx rules (aiperf/common/scenario/validator.py,
+ * aiperf/exporters/aggregate/aggregate_base_exporter.py): the configured
+ * duration, the overflow rate and no switch away from the scenario. */
+static void agentx_reasons(const struct replay *rp, const struct metrics_summary *s,
+                           struct replay_outcome *o)
+{
+    const struct replay_config *c = &rp->cfg;
+    if (c->duration_ns < c->min_measured_ns)
+        add_reason(o, "the configured duration %.0f s is under the %.0f s minimum",
+                   (double)c->duration_ns / 1e9, (double)c->min_measured_ns / 1e9);
+    uint64_t counted = s->records - s->warmup;
+    if (counted && (double)s->overflow / (double)counted > c->overflow_limit)
+        add_reason(o, "%llu of %llu requests (%.2f %%) overflow the context (limit %.2f %%)",
+                   (unsigned long long)s->overflow, (unsigned long long)counted,
+                   100.0 * (double)s->overflow / (double)counted, 100.0 * c->overflow_limit);
+    if (!s->completed)
+        add_reason(o, "no call completed");
+    if (!c->warm_start)
+        add_reason(o, "no warm start (--no-warm-start)");
+    if (!c->recycle)
+        add_reason(o, "no recycling (--no-recycle)");
+    if (!c->cache_isolation)
+        add_reason(o, "no cache-bust marker (--no-cache-isolation)");
+    if (!c->subagents)
+        add_reason(o, "subagents off (--no-subagents)");
+    if (c->think_cap_ns >= 0)
+        add_reason(o, "a per-gap think cap of %.3f s (--think-cap)", (double)c->think_cap_ns / 1e9);
+    if (c->idle_cap_ns != 10 * NS_PER_S)
+        add_reason(o, "the system idle cap is not 10 s (--idle-cap)");
+    if (!c->ignore_eos)
+        add_reason(o, "end-of-sequence honoured (--honour-eos)");
+    if (c->requests > 0)
+        add_reason(o, "a request count (--requests)");
+}
+
 void replay_summarize(const struct replay *rp, const struct metrics_slo *slo,
                       struct metrics_summary *s, struct replay_outcome *o)
 {
@@ -32,18 +67,35 @@ void replay_summarize(const struct replay *rp, const struct metrics_slo *slo,
     memset(o, 0, sizeof *o);
     o->interrupted = rp->interrupted;
     o->partial = rp->interrupted || rp->io_error[0] || !rp->finished;
+    o->partial |= rp->aborted[0] != 0;
     o->calls_sent = rp->calls_sent;
-    o->lanes_recycled = rp->lanes ? lanes_recycled(rp->lanes) : 0;
-    o->trees_started = rp->lanes ? lanes_trees_started(rp->lanes) : 0;
+    if (rp->lanes) {
+        o->lanes_recycled = lanes_recycled(rp->lanes);
+        o->trees_started = lanes_trees_started(rp->lanes);
+        lanes_outcome(rp->lanes, o);
+        o->measure_start_ns = rp->measure_start_ns;
+        o->requests_limit_hit = rp->requests_hit;
+    } else if (rp->legacy) {
+        o->lanes_recycled = lanes_legacy_recycled(rp->legacy);
+        o->trees_started = lanes_legacy_trees_started(rp->legacy);
+    }
     o->end_ns = rp->finished ? rp->end_ns : loop_now(rp->loop);
     snprintf(o->io_error, sizeof o->io_error, "%s", rp->io_error);
+    snprintf(o->aborted, sizeof o->aborted, "%s", rp->aborted);
     const struct replay_config *c = &rp->cfg;
     if (rp->interrupted)
         add_reason(o, "interrupted");
+    if (rp->aborted[0])
+        add_reason(o, "aborted: %.140s", rp->aborted);
     if (rp->io_error[0])
         add_reason(o, "records incomplete: %s", rp->io_error);
     if (c->mode != REPLAY_MODE_SESSIONS)
         add_reason(o, "not a session replay (mode %s)", replay_mode_name(c->mode));
+    if (rp->lanes) {
+        agentx_reasons(rp, s, o);
+        o->agentx_valid = o->n_reasons == 0;
+        return;
+    }
     if (s->measured_duration_s * 1e9 < (double)c->min_measured_ns)
         add_reason(o, "measured traffic %.0f s is under the %.0f s minimum",
                    s->measured_duration_s, (double)c->min_measured_ns / 1e9);
@@ -75,6 +127,7 @@ void replay_summarize(const struct replay *rp, const struct metrics_slo *slo,
             add_reason(o, "only normal calls measured");
         if (!c->ignore_eos)
             add_reason(o, "end-of-sequence honoured");
+        add_reason(o, "the legacy rules (--rules legacy), not AIPerf's AgentX replay");
     }
     o->agentx_valid = o->n_reasons == 0;
 }

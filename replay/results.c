@@ -68,6 +68,18 @@ void *results_run_json(const struct run_info *ri, const struct metrics_summary *
     json_object_set_new(run, "trees_started", json_integer((json_int_t)o->trees_started));
     json_object_set_new(run, "lanes_recycled", json_integer((json_int_t)o->lanes_recycled));
     json_object_set_new(run, "end_s", json_real((double)o->end_ns / 1e9));
+    if (o->agentx) {
+        json_t *ax = json_object();
+        json_object_set_new(ax, "warmup_calls", json_integer((json_int_t)o->warmup_calls));
+        json_object_set_new(ax, "measure_start_s", json_real((double)o->measure_start_ns / 1e9));
+        json_object_set_new(ax, "idle_cap_jumps", json_integer((json_int_t)o->idle_jumps));
+        json_object_set_new(ax, "idle_cap_skipped_s", json_real((double)o->idle_skipped_ns / 1e9));
+        json_object_set_new(ax, "streams_overflowed", json_integer((json_int_t)o->streams_overflowed));
+        json_object_set_new(ax, "requests_limit_hit", json_boolean(o->requests_limit_hit));
+        json_object_set_new(run, "agentx", ax);
+    }
+    if (o->aborted[0])
+        json_object_set_new(run, "aborted", json_string(o->aborted));
     json_object_set_new(r, "run", run);
     if (repeats)
         json_object_set_new(r, "repeats", (json_t *)repeats);

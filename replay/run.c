@@ -373,6 +373,10 @@ int run_replay(const struct run_spec *s, struct run_result *res, void **run_json
             err_set(err, "%s", e2);
         rc = EXIT_FAIL;
     }
+    if (res->out.aborted[0] && rc == EXIT_OK) {
+        err_set(err, "%s (partial results written)", res->out.aborted);
+        rc = EXIT_FAIL;
+    }
     if (res->out.interrupted && rc == EXIT_OK) {
         err_set(err, "interrupted: partial results written");
         rc = EXIT_FAIL;
