@@ -1,0 +1,81 @@
+#!/bin/sh
+# run.sh: the timing conformance (README.md): for each concurrency, AIPerf
+# 0.13.0's AgentX scenario and `agentreplay load`, each against its own
+# `agentreplay serve` on loopback, then `agentreplay sim` on the same
+# settings, then compare.py. Real time: AIPerf and load never run at once.
+#
+#   run.sh TRACES OUT
+# Environment: BIN (./agentreplay), AIPERF_PY (build/aiperf/bin/python),
+# CONCS ("1 8"), DURATION (s, 120), RATIO (t* ratio, 0.5), SEED (1),
+# GPUS (16, the server's default deployment).
+set -u
+TRACES=$(readlink -f "${1:?usage: run.sh TRACES OUT}")
+OUT=$(readlink -f "${2:?usage: run.sh TRACES OUT}")
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=$(readlink -f "${BIN:-./agentreplay}")
+AIPERF_PY=$(readlink -f "${AIPERF_PY:-build/aiperf/bin/python}")
+AIPERF=$(dirname "$AIPERF_PY")/aiperf
+CONCS=${CONCS:-"1 8"}
+DURATION=${DURATION:-120}
+RATIO=${RATIO:-0.5}
+SEED=${SEED:-1}
+GPUS=${GPUS:-16}
+TOK=$OUT/tokenizer
+mkdir -p "$OUT"
+ulimit -f 20000000 2>/dev/null
+
+if [ ! -f "$TOK-hf-home/hub/models--agentreplay--wordlevel/refs/main" ]; then
+    timeout -s KILL 900 "$AIPERF_PY" "$HERE/make_tokenizer.py" --repo "$HERE/../../.." --seed "$SEED" \
+        --out "$TOK" || { echo "run.sh: the tokenizer could not be built" >&2; exit 2; }
+fi
+
+# serve DIR: starts `agentreplay serve` on a free loopback port (the
+# default engine, real time) under a time limit; sets PORT and SRV.
+serve() {
+    rm -f "$1/srv.port"
+    timeout -s KILL $((DURATION * 4 + 1200)) "$BIN" serve --listen 127.0.0.1:0 \
+        --port-file "$1/srv.port" >"$1/srv.log" 2>&1 &
+    SRV=$!
+    i=0
+    while [ ! -s "$1/srv.port" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+    PORT=$(cat "$1/srv.port" 2>/dev/null)
+    [ -n "$PORT" ] || { echo "run.sh: serve did not start (see $1/srv.log)" >&2; kill "$SRV"; exit 2; }
+}
+unserve() { kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; }
+
+status=0
+for C in $CONCS; do
+    D=$OUT/c$C
+    rm -rf "$D"
+    mkdir -p "$D/aiperf"
+    echo "== concurrency $C: AIPerf"
+    serve "$D/aiperf"
+    ( cd "$D/aiperf" && HF_HOME=$TOK-hf-home HF_HUB_OFFLINE=1 timeout -s KILL $((DURATION * 3 + 900)) \
+        "$AIPERF" profile --scenario inferencex-agentx-mvp --unsafe-override \
+        --model kimi-k3 --url "http://127.0.0.1:$PORT" --endpoint-type chat --streaming \
+        --input-file "$TRACES" --custom-dataset-type weka_trace \
+        --tokenizer agentreplay/wordlevel --random-seed "$SEED" \
+        --concurrency "$C" --benchmark-duration "$DURATION" \
+        --trajectory-start-min-ratio "$RATIO" --trajectory-start-max-ratio "$RATIO" \
+        --export-level records --artifact-dir "$D/aiperf" --ui none \
+        --no-server-metrics --no-gpu-telemetry >aiperf.log 2>&1 )
+    echo "aiperf exit $?" >>"$D/aiperf/aiperf.log"
+    unserve
+    echo "== concurrency $C: agentreplay load"
+    mkdir -p "$D/load-srv"
+    serve "$D/load-srv"
+    timeout -s KILL $((DURATION * 3 + 900)) "$BIN" load --url "http://127.0.0.1:$PORT" \
+        --trace "$TRACES" --format agentx --concurrency "$C" --duration "$DURATION" \
+        --start-min-ratio "$RATIO" --start-max-ratio "$RATIO" --seed "$SEED" --gpus "$GPUS" \
+        -o "$D/load" --quiet >"$D/load.log" 2>&1
+    echo "load exit $?" >>"$D/load.log"
+    unserve
+    echo "== concurrency $C: agentreplay sim"
+    timeout -s KILL 1800 "$BIN" sim --trace "$TRACES" --format agentx --concurrency "$C" \
+        --duration "$DURATION" --start-min-ratio "$RATIO" --start-max-ratio "$RATIO" \
+        --seed "$SEED" -o "$D/sim" --quiet >"$D/sim.log" 2>&1
+    echo "sim exit $?" >>"$D/sim.log"
+    python3 "$HERE/compare.py" "$D" --gpus "$GPUS" --json "$D/compare.json" || status=1
+done
+python3 "$HERE/table.py" "$OUT" >"$OUT/TABLE.md" && cat "$OUT/TABLE.md"
+exit $status
