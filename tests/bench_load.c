@@ -348,7 +348,7 @@ int main(void)
             memset(&r, 0, sizeof r);
             snprintf(r.what, sizeof r.what, "agentic-sample-x64");
             snprintf(r.server, sizeof r.server, "fake tpot 2ms");
-            char *extra[] = {"--concurrency", "64", "--duration", quick ? "3" : "8", "--idle-cap", "0.5",
+            char *extra[] = {"--concurrency", "64", "--duration", quick ? "3" : "8", "--idle-cap", "0.5", "--think-cap", "0.5",
                              "--grace", "20", NULL};
             if (run_load(port, sample, extra, &r, 120) == 0)
                 print_row(&r);

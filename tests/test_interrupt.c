@@ -222,7 +222,7 @@ static void trial_load(int port, double delay, int sig, int k)
     snprintf(what, sizeof what, "load #%d (%s at %.2f s)", k, strsignal(sig), delay);
     char *argv[] = {(char *)test_bin(), "load", "--url", url, "--model", "fake", "--trace",
                     "traces/samples/agentic-synth.jsonl", "-o", out, "--quiet", "--duration",
-                    "6", "--concurrency", "8", "--idle-cap", "0.2", "--grace", "5",
+                    "6", "--concurrency", "8", "--idle-cap", "0.2", "--think-cap", "0.2", "--grace", "5",
                     "--min-duration", "1", NULL};
     bool sent;
     int rc = interrupt_after(spawn(argv, log), delay, sig, &sent);

@@ -153,7 +153,10 @@ static uint32_t mp_stream(struct mp *m, uint8_t kind, const char *id, uint32_t s
         struct plan_turn *pt = &m->turn[m->p.n_turns++];
         pt->call = ci;
         pt->t_ns = c->t_ns;
+        pt->t_ms = (double)c->t_ns / 1e6;
         pt->delay_ns = k ? c->think_ns : -1;
+        pt->delay_ms = k ? (double)c->think_ns / 1e6 : NAN;
+        pt->api_ms = NAN;
         pt->api_ns = -1;
         pt->max_tokens = c->output_tokens > 0 ? c->output_tokens : 1;
         pt->msgs = m->nmsg;
@@ -164,9 +167,9 @@ static uint32_t mp_stream(struct mp *m, uint8_t kind, const char *id, uint32_t s
         pt->hit_blocks = c->n_blocks / 2;
         struct plan_tree *tt = &m->tree[tr];
         if (c->t_ns < tt->t_lo_ns)
-            tt->t_lo_ns = c->t_ns;
+            tt->t_lo_ns = c->t_ns, tt->t_lo_ms = pt->t_ms;
         if (c->t_ns > tt->t_hi_ns)
-            tt->t_hi_ns = c->t_ns;
+            tt->t_hi_ns = c->t_ns, tt->t_hi_ms = pt->t_ms;
     }
     m->tree[tr].n_streams++;
     m->tree[tr].n_turns += ps->n_turns;
@@ -184,6 +187,7 @@ static void mp_branch(struct mp *m, uint32_t parent, uint32_t spawn_turn, uint32
     b->join_turn = join_turn;
     b->dispatch = dispatch;
     b->start_ns = start_ns;
+    b->start_ms = (double)start_ns / 1e6;
     b->children = m->nchild;
     b->n_children = 1;
     m->child[m->nchild] = child;

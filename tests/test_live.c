@@ -391,7 +391,7 @@ static void test_curl(int port)
 
 /* ---- load vs the in-process engine on the virtual clock ---- */
 
-static const char *const replay_args[] = {"--concurrency", "1", "--duration", "8", "--idle-cap", "0.2",
+static const char *const replay_args[] = {"--concurrency", "1", "--duration", "8", "--idle-cap", "0.2", "--think-cap", "0.2",
                                           "--seed", "3", NULL};
 
 static int sim_inprocess(struct metrics_summary *sum)
@@ -554,7 +554,7 @@ static void test_faults(void)
         return;
     char murl[80];
     snprintf(murl, sizeof murl, "http://127.0.0.1:%d/metrics", s.port);
-    const char *const args[] = {"--concurrency", "4", "--duration", "3", "--idle-cap", "0.05",
+    const char *const args[] = {"--concurrency", "4", "--duration", "3", "--idle-cap", "0.05", "--think-cap", "0.05", "--no-warm-start",
                                 "--read-timeout", "0.2", "--grace", "5", "--metrics-url", murl, NULL};
     char out[600];
     int rc = run_load(s.port, "faults-load", args, 30000, out, sizeof out);

@@ -1,7 +1,10 @@
 /* test_metrics.c: metric formulas against hand computation
  * (../shared/reference/metrics.md): TTFT, TPOT, E2EL, scheduled latency,
  * pooled ITL, interactivity = 1 / TPOT stat (P90 included), per-session
- * interactivity, throughput per GPU, hit rate, goodput, exclusions. */
+ * interactivity, throughput per GPU, hit rate, goodput, exclusions, and
+ * AIPerf's theoretical prefix-cache hit rate over the measured requests
+ * (aiperf/metrics/theoretical_prefix_cache.py: block-weighted, successful
+ * requests only, a turn without blocks adds nothing). */
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -35,10 +38,15 @@ int main(void)
         r.prompt_tokens = 1000;
         r.cached_tokens = 600;
         r.output_tokens = 11;
+        r.has_blocks = true;
+        r.total_blocks = i == 9 ? 0 : 15;
+        r.hit_blocks = i < 3 ? 15 : i < 9 ? 5 : 0;
         metrics_add(&m, &r);
     }
     /* Excluded: a warm-up, an error, a cancelled one. */
     struct replay_record w = {0};
+    w.has_blocks = true;
+    w.total_blocks = w.hit_blocks = 1000; /* never counted: not measured */
     w.warmup = true;
     w.start_ns = 0;
     w.end_ns = 100000 * MS;
@@ -63,6 +71,9 @@ int main(void)
     metrics_slo_parse("ttft=500,tpot=55", &slo, err);
     struct metrics_summary s;
     metrics_summarize(&m, 4, &slo, &s);
+    /* 3 x 15 + 6 x 5 = 75 hit of 9 x 15 = 135 blocks. */
+    CHECK_NEAR(s.prefix_hit_rate_theoretical_measured, 75.0 / 135.0, 1e-12,
+               "theoretical hit over the measured requests");
 
     CHECK(s.completed == 10 && s.warmup == 1 && s.errors == 1 && s.cancelled == 1 && s.overflow == 1,
           "counts");

@@ -49,6 +49,19 @@ int main(void)
     for (int64_t i = 0; i < PROMPT_MARKER_TOKENS; i++)
         differ += prompt_token(&a, i) != prompt_token(&c, i);
     CHECK(differ >= PROMPT_MARKER_TOKENS - 1, "session markers differ");
+    /* Unmarked (the agentx rules: the marker is a word of its own): the
+     * first tokens are the first block's, whatever the session. */
+    struct prompt_spec u = a, u2 = a;
+    u.unmarked = u2.unmarked = true;
+    u2.session_salt = 8;
+    same = 1;
+    for (int64_t i = 0; i < 64; i++)
+        same &= prompt_token(&u, i) == prompt_token(&u2, i);
+    struct prompt_spec u3 = b;
+    u3.unmarked = true;
+    for (int64_t i = 0; i < 64; i++)
+        same &= prompt_token(&u, i) == prompt_token(&u3, i);
+    CHECK(same, "unmarked: block 0 is the same text in every session (instances share it)");
     struct prompt_spec d = a;
     d.scope = 4;
     CHECK(prompt_token(&a, 100) != prompt_token(&d, 100) ||

@@ -295,7 +295,7 @@ static void test_soak(double secs)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     char *largv[] = {(char *)test_bin(), "load", "--url", url, "--model", "fake", "--trace",
                      "traces/samples/agentic-synth.jsonl", "-o", out, "--force", "--quiet",
-                     "--duration", dur, "--concurrency", "8", "--idle-cap", "0.2", "--grace",
+                     "--duration", dur, "--concurrency", "8", "--idle-cap", "0.2", "--think-cap", "0.2", "--grace",
                      "20", "--read-timeout", "30", "--connect-timeout", "2", "--min-duration",
                      "1", NULL};
     double t0 = mono_s();

@@ -1,10 +1,13 @@
 /* test_replay.c: the replayer's small parts: flag parsing (every switch,
- * bad values), records as JSON lines, result folders (refusal without
+ * bad values, the rules and their grace), records as JSON lines (the
+ * theoretical blocks of the agentx rules), result folders (refusal without
  * force), run.json round trip, sweep.csv rows, the t quantiles of
- * --repeats, and the fake target's own timeline and prefix cache. */
+ * --repeats, the fake target's own timeline and prefix cache, and the
+ * shared system prefix of tree instances in the fake and the engine. */
 #include <jansson.h>
 #include <sys/stat.h>
 
+#include "engine/engine.h"
 #include "replay/records.h"
 #include "replay/replay.h"
 #include "replay/replay_flags.h"
@@ -46,6 +49,37 @@ int main(void)
               c.ignore_eos && c.idle_cap_ns == 10 * NS_PER_S && c.min_measured_ns == 900 * NS_PER_S &&
               c.duration_ns == 1800 * NS_PER_S && c.overflow_limit == 0.01,
           "defaults are AgentX's");
+    CHECK(c.rules == REPLAY_RULES_AGENTX && c.think_cap_ns < 0 && c.start_min_ratio == 0 &&
+              c.start_max_ratio == 1 && c.requests == 0 && replay_config_grace(&c) == 30 * NS_PER_S,
+          "the agentx rules by default: no per-gap cap, t* over the whole span, 30 s grace");
+    CHECK(parse(&c, "--rules", "legacy", err) == 1 && c.rules == REPLAY_RULES_LEGACY &&
+              replay_config_grace(&c) == 300 * NS_PER_S,
+          "--rules legacy: its 300 s grace");
+    CHECK(parse(&c, "--rules", "aiperf", err) == -1, "unknown rules refused");
+    CHECK(parse(&c, "--rules", "agentx", err) == 1 && parse(&c, "--grace", "45", err) == 1 &&
+              replay_config_grace(&c) == 45 * NS_PER_S,
+          "a given grace stands");
+    CHECK(parse(&c, "--think-cap", "10s", err) == 1 && c.think_cap_ns == 10 * NS_PER_S, "--think-cap");
+    CHECK(parse(&c, "--start-min-ratio", "0.25", err) == 1 && parse(&c, "--start-max-ratio", "0.75", err) == 1 &&
+              c.start_min_ratio == 0.25 && c.start_max_ratio == 0.75,
+          "--start-min-ratio, --start-max-ratio");
+    CHECK(parse(&c, "--start-max-ratio", "2", err) == -1, "a ratio above 1 refused");
+    CHECK(parse(&c, "--requests", "100", err) == 1 && c.requests == 100, "--requests");
+    json_t *aj = replay_config_json(&c);
+    CHECK(aj && !strcmp(json_string_value(json_object_get(aj, "rules")), "agentx") &&
+              json_real_value(json_object_get(aj, "think_cap_s")) == 10 &&
+              json_real_value(json_object_get(aj, "grace_s")) == 45 &&
+              json_integer_value(json_object_get(aj, "requests")) == 100,
+          "config JSON of the agentx rules");
+    json_decref(aj);
+    replay_config_defaults(&c);
+    replay_config_legacy(&c);
+    aj = replay_config_json(&c);
+    CHECK(aj && !json_object_get(aj, "rules") && json_object_get(aj, "think") &&
+              json_real_value(json_object_get(aj, "grace_s")) == 300,
+          "config JSON of the legacy rules: as before them");
+    json_decref(aj);
+    replay_config_defaults(&c);
     CHECK(parse(&c, "--concurrency", "64", err) == 1 && c.concurrency == 64, "--concurrency");
     CHECK(parse(&c, "--concurrency", "0", err) == -1, "--concurrency 0 refused");
     CHECK(parse(&c, "--concurrency", NULL, err) == -1, "missing value refused");
@@ -99,17 +133,28 @@ int main(void)
     r.server_prompt_tokens = r.server_output_tokens = -1;
     r.chunk_times_ns = NULL;
     records_write(w, &r, err);
-    CHECK(records_count(w) == 2, "two records");
+    r.has_blocks = true;
+    r.hit_blocks = 3;
+    r.total_blocks = 10;
+    records_write(w, &r, err);
+    CHECK(records_count(w) == 3, "three records");
     records_close(w, err);
     FILE *f = fopen(path, "r");
     char line[2048];
-    json_t *a = NULL, *b = NULL;
+    json_t *a = NULL, *b = NULL, *bb = NULL;
     if (f && fgets(line, sizeof line, f))
         a = json_loads(line, 0, NULL);
     if (f && fgets(line, sizeof line, f))
         b = json_loads(line, 0, NULL);
+    if (f && fgets(line, sizeof line, f))
+        bb = json_loads(line, 0, NULL);
     if (f)
         fclose(f);
+    CHECK(a && !json_object_get(a, "hit_blocks") && bb &&
+              json_integer_value(json_object_get(bb, "hit_blocks")) == 3 &&
+              json_integer_value(json_object_get(bb, "blocks")) == 10,
+          "the theoretical blocks only where the record has them");
+    json_decref(bb);
     CHECK(a && json_integer_value(json_object_get(a, "first_token_ns")) == 100 &&
               json_is_null(json_object_get(a, "cached_tokens")) && json_is_null(json_object_get(a, "error")) &&
               json_array_size(json_object_get(a, "chunk_times_ns")) == 2 &&
@@ -212,7 +257,48 @@ int main(void)
     CHECK(st.running == 0 && st.prompt_tokens == 4 * 256 && st.cached_tokens == 2 * 255, "stats");
     call.max_tokens = 0;
     CHECK(target_submit(tg, &call, err) == -1, "max_tokens 0 refused");
+    /* Tree instances (other session keys) share the first shared_blocks
+     * blocks under the trace's shared key, and nothing after them. */
+    call.max_tokens = 4;
+    call.session_key = 20;
+    call.shared_key = 77;
+    call.shared_blocks = 2;
+    target_submit(tg, &call, err);
+    loop_run(l);
+    call.session_key = 21;
+    target_submit(tg, &call, err);
+    loop_run(l);
+    CHECK(call.cached_tokens == 128, "fake: another instance shares the 2 system blocks only");
     target_destroy(tg);
+    loop_destroy(l);
+
+    /* The same in the engine (a model with full attention everywhere: a
+     * hybrid one reuses a prefix only up to a state checkpoint). */
+    struct engine_config ec;
+    engine_config_defaults(&ec);
+    snprintf(ec.model, sizeof ec.model, "llama-3.1-70b");
+    l = loop_virtual_create();
+    tg = target_engine_create(&ec, l, err);
+    CHECK(tg != NULL, "engine target");
+    if (tg) {
+        uint64_t chain[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        int64_t cached[3];
+        uint64_t keys[3] = {31, 32, 33};
+        for (int i = 0; i < 3; i++) {
+            struct target_call ecall = {.id = 100 + (uint64_t)i, .session_key = keys[i], .prompt_tokens = 513,
+                                        .max_tokens = 2, .blocks = chain, .n_blocks = 8,
+                                        .trace_block_size = 64, .cb = &cb, .replica = -1,
+                                        .shared_key = i < 2 ? 5 : 0, .shared_blocks = i < 2 ? 3 : 0};
+            ecall.start_ns = loop_now(l);
+            CHECK(target_submit(tg, &ecall, err) == 0, "engine submit");
+            loop_run(l);
+            cached[i] = ecall.cached_tokens;
+        }
+        CHECKF(cached[0] == 0 && cached[1] == 3 * 64 && cached[2] == 0,
+               "engine: the second instance reuses the 3 shared blocks (%lld), a third without them "
+               "nothing (%lld)", (long long)cached[1], (long long)cached[2]);
+        target_destroy(tg);
+    }
     loop_destroy(l);
     return test_report();
 }

@@ -39,7 +39,7 @@ i=0; while [ ! -s "$out/port" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); d
 if [ -s "$out/port" ]; then
     run load load --url "http://127.0.0.1:$(cat "$out/port")" --model kimi-k3 \
         --trace traces/samples/agentic-synth.jsonl -o "$out/load" --force --quiet \
-        --duration "$dur" --concurrency 4 --idle-cap 0.2 --grace 20 --min-duration 1
+        --duration "$dur" --concurrency 4 --idle-cap 0.2 --think-cap 0.2 --grace 20 --min-duration 1
 else
     echo "valgrind serve: did not start"; status=1
 fi

@@ -13,8 +13,11 @@ TRACES=$(readlink -f "${1:?usage: run.sh TRACES OUT}")
 OUT=$(readlink -f "${2:?usage: run.sh TRACES OUT}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$(readlink -f "${BIN:-./agentreplay}")
-AIPERF_PY=$(readlink -f "${AIPERF_PY:-build/aiperf/bin/python}")
-AIPERF=$(dirname "$AIPERF_PY")/aiperf
+AIPERF_PY=${AIPERF_PY:-build/aiperf/bin/python}
+# Absolute, without resolving the venv's symlink to the system Python.
+AIPERF_BIN=$(cd "$(dirname "$AIPERF_PY")" && pwd)
+AIPERF_PY=$AIPERF_BIN/$(basename "$AIPERF_PY")
+AIPERF=$AIPERF_BIN/aiperf
 CONCS=${CONCS:-"1 8"}
 DURATION=${DURATION:-120}
 RATIO=${RATIO:-0.5}
