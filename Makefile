@@ -136,3 +136,15 @@ clean:
 	rm -rf build agentreplay
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/replay/cli/main.d
+
+# ---- conformance-plan: the replay plan against AIPerf 0.13.0's own -------
+# (tests/conformance/README.md). Not part of `make test`. AIPERF_VENV is
+# made on first use (pip install aiperf==0.13.0); TRACES is any folder of
+# Weka traces. Also run: the hand-made cases and a synthesized folder.
+AIPERF_VENV ?= build/aiperf
+TRACES ?= $(SHARED)/traces/agentic-cc
+.PHONY: conformance conformance-plan
+conformance: conformance-plan
+conformance-plan: ./agentreplay
+	@AIPERF_VENV=$(AIPERF_VENV) sh tests/conformance/plan/run.sh ./agentreplay \
+	  build/conformance/plan $(TRACES) tests/conformance/plan/cases synth:40:7
