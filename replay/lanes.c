@@ -686,7 +686,7 @@ static void lane_recycle(struct lane *ln)
 /* Lane ln's tree `t` at t*: the streams live at t* and what completed
  * before it (trajectory_source.py _snapshot_for, _replay_resume_boundaries;
  * branch_orchestrator.py seed_snapshot). 0 when nothing is live. */
-static int lane_snapshot(struct lane *ln, uint32_t t, int64_t t_star, struct warm_req **wr,
+static int lane_snapshot(struct lane *ln, uint32_t t, double t_star_ms, struct warm_req **wr,
                          size_t *n_wr, size_t *cap_wr)
 {
     struct lanes *ls = ln->ls;
@@ -694,7 +694,7 @@ static int lane_snapshot(struct lane *ln, uint32_t t, int64_t t_star, struct war
     const struct plan_tree *pt = &p->trees[t];
     struct plan_resume *res = xcalloc(pt->n_streams ? pt->n_streams : 1, sizeof *res);
     uint32_t *boundary = xcalloc(pt->n_streams ? pt->n_streams : 1, sizeof *boundary);
-    int n = plan_snapshot(p, t, t_star, res, (int)pt->n_streams, boundary);
+    int n = plan_snapshot_ms(p, t, t_star_ms, res, (int)pt->n_streams, boundary);
     if (n <= 0) {
         free(res);
         free(boundary);
@@ -811,11 +811,12 @@ void lanes_start(struct lanes *ls)
         uint32_t t = cursor_next(ls);
         if (t == PLAN_NONE)
             break;
-        const struct plan_tree *pt = &ls->p->trees[t];
-        double span = (double)(pt->t_hi_ns - pt->t_lo_ns);
-        double lo = c->start_min_ratio * span, hi = c->start_max_ratio * span;
-        double at = hi > lo ? lo + rng_uniform(&ls->rng) * (hi - lo) : lo;
-        int64_t t_star = pt->t_lo_ns + (int64_t)at;
+        /* t* uniform over the ratio range of the tree's recorded span, in
+         * AIPerf's ms; exactly there for a single point (our own random
+         * stream: AIPerf's numpy draw is not reproduced). */
+        double lo = c->start_min_ratio, hi = c->start_max_ratio;
+        double ratio = hi > lo ? lo + rng_uniform(&ls->rng) * (hi - lo) : lo;
+        double t_star = plan_t_star_ms(ls->p, t, ratio);
         if (lane_snapshot(&ls->lane[lane], t, t_star, &wr, &n_wr, &cap_wr))
             lane++;
     }
