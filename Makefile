@@ -148,3 +148,17 @@ conformance: conformance-plan
 conformance-plan: ./agentreplay
 	@AIPERF_VENV=$(AIPERF_VENV) sh tests/conformance/plan/run.sh ./agentreplay \
 	  build/conformance/plan $(TRACES) tests/conformance/plan/cases synth:40:7
+
+# ---- conformance-timing: the replayer's timing against AIPerf 0.13.0 ------
+# (tests/conformance/timing/README.md, replay/CONFORMANCE.md). Real time:
+# AIPerf's AgentX scenario and `agentreplay load`, each against its own
+# `agentreplay serve`, then `sim`, at each of CONCS for DURATION seconds.
+# Not part of `make test`.
+CONCS ?= 1 8
+DURATION ?= 120
+RATIO ?= 0.5
+.PHONY: conformance-timing
+conformance: conformance-timing
+conformance-timing: ./agentreplay
+	@AIPERF_VENV=$(AIPERF_VENV) BIN=./agentreplay CONCS="$(CONCS)" DURATION=$(DURATION) RATIO=$(RATIO) \
+	  sh tests/conformance/timing/run.sh $(TRACES) build/conformance/timing

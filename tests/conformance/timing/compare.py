@@ -21,8 +21,15 @@ Checks (exit 1 when one fails):
            measured phase every stream's turns come in the same order (the
            shorter run's sequence a prefix of the other's) and the counts
            differ by at most 2 %;
-  offsets  the median |difference| of dispatch offsets (from the end of the
-           warm-up) of the requests both made is within --offset-ms;
+  offsets  over the requests both made (paired by stream, turn and
+           occurrence), the median |difference| of their dispatch offsets is
+           within --offset-ms; a turn's dispatch offset is the time from the
+           return of the previous turn of its stream instance to its
+           dispatch (the executed delay: the recorded one, shortened by the
+           system idle cap; a join or a gate), a stream's first turn's from
+           the end of the warm-up. Offsets from the end of the warm-up of
+           every request, which also carry the drift of the service times
+           before them, are reported beside it;
   metrics  P90 interactivity, P90 TTFT and tok/s/GPU within --tol (load
            against AIPerf, and sim against load).
 """
@@ -120,18 +127,23 @@ def sequences(rs):
 
 
 def paired_offsets(a, b):
-    """Dispatch offsets of the requests both made, paired by (stream, turn,
-    k-th occurrence)."""
+    """The dispatch offsets of the requests both made, paired by (stream,
+    turn, k-th occurrence): (from the previous turn's return, from the end
+    of the warm-up) differences in ms."""
     def index(rs):
-        t0, seen, idx = phase_start(rs), {}, {}
+        t0, seen, idx, prev = phase_start(rs), {}, {}, {}
         for r in sorted((r for r in rs if r["phase"] == "measured"), key=lambda r: r["issued"]):
             key = (r["stream"], r["turn"])
             k = seen.get(key, 0)
             seen[key] = k + 1
-            idx[key + (k,)] = (r["issued"] - t0) / 1e6
+            p = prev.get((r["stream"], r["inst"]))
+            gap = r["issued"] - (p["end"] if p and p["turn"] == r["turn"] - 1 else t0)
+            idx[key + (k,)] = (gap / 1e6, (r["issued"] - t0) / 1e6)
+            prev[(r["stream"], r["inst"])] = r
         return idx
     ia, ib = index(a), index(b)
-    return [abs(ia[k] - ib[k]) for k in ia if k in ib]
+    both = [k for k in ia if k in ib]
+    return ([abs(ia[k][0] - ib[k][0]) for k in both], [abs(ia[k][1] - ib[k][1]) for k in both])
 
 
 def rel(x, ref):
@@ -145,6 +157,9 @@ def main():
     ap.add_argument("--tol", type=float, default=0.05)
     ap.add_argument("--offset-ms", type=float, default=100.0)
     ap.add_argument("--json")
+    ap.add_argument("--range", action="store_true",
+                    help="t* drawn over a range: each tool draws its own initial lanes, so only the "
+                         "tokens and the figures are checked")
     a = ap.parse_args()
     ax = read_aiperf(os.path.join(a.dir, "aiperf"))
     ld, ld_run = read_ours(os.path.join(a.dir, "load"))
@@ -154,10 +169,10 @@ def main():
     res = {"dir": a.dir, "checks": {}}
     fails = []
 
-    def check(name, ok, what):
-        res["checks"][name] = {"ok": bool(ok), "what": what}
-        print(("pass " if ok else "FAIL ") + name + ": " + what)
-        if not ok:
+    def check(name, ok, what, info=False):
+        res["checks"][name] = {"ok": bool(ok) or info, "what": what}
+        print(("info " if info else "pass " if ok else "FAIL ") + name + ": " + what)
+        if not ok and not info:
             fails.append(name)
 
     # Tokens.
@@ -172,7 +187,7 @@ def main():
     # Requests.
     wa = sorted((r["stream"], r["turn"]) for r in ax if r["phase"] == "warmup")
     wb = sorted((r["stream"], r["turn"]) for r in ld if r["phase"] == "warmup")
-    check("warmup_requests", wa == wb, f"warm-up: AIPerf {len(wa)}, load {len(wb)} requests"
+    check("warmup_requests", wa == wb, info=a.range, what= f"warm-up: AIPerf {len(wa)}, load {len(wb)} requests"
           + ("" if wa == wb else f" (AIPerf {wa[:6]}..., load {wb[:6]}...)"))
     sa, sb = sequences(ax), sequences(ld)
     diverge = []
@@ -182,14 +197,17 @@ def main():
         if x[:n] != y[:n]:
             diverge.append(s)
     na, nb = sum(len(v) for v in sa.values()), sum(len(v) for v in sb.values())
-    check("request_order", not diverge and rel(nb, na) <= 0.02,
-          f"measured requests: AIPerf {na}, load {nb}; streams in a different order: {diverge[:5]}")
+    check("request_order", not diverge and rel(nb, na) <= 0.02, info=a.range,
+          what=f"measured requests: AIPerf {na}, load {nb}; streams in a different order: {diverge[:5]}")
     # Dispatch offsets.
-    d = paired_offsets(ax, ld)
+    d, dabs = paired_offsets(ax, ld)
     med = statistics.median(d) if d else float("inf")
-    res["offsets"] = {"paired": len(d), "median_ms": med, "p90_ms": pct(d, 0.9)}
-    check("dispatch_offset", med <= a.offset_ms,
-          f"median |dispatch offset difference| {med:.1f} ms over {len(d)} paired requests")
+    med_abs = statistics.median(dabs) if dabs else float("inf")
+    res["offsets"] = {"paired": len(d), "median_ms": med, "p90_ms": pct(d, 0.9),
+                      "from_warmup_end_median_ms": med_abs}
+    check("dispatch_offset", med <= a.offset_ms, info=a.range,
+          what=f"median |dispatch offset difference| {med:.1f} ms over {len(d)} paired requests "
+          f"(from the end of the warm-up: {med_abs:.0f} ms)")
     # Metrics.
     fa, fl = figures(ax, a.gpus), figures(ld, a.gpus)
     res["aiperf"], res["load"] = fa, fl

@@ -5,22 +5,34 @@
 # settings, then compare.py. Real time: AIPerf and load never run at once.
 #
 #   run.sh TRACES OUT
-# Environment: BIN (./agentreplay), AIPERF_PY (build/aiperf/bin/python),
-# CONCS ("1 8"), DURATION (s, 120), RATIO (t* ratio, 0.5), SEED (1),
-# GPUS (16, the server's default deployment).
+# Environment: BIN (./agentreplay), AIPERF_VENV (build/aiperf: made on
+# first use with pip install aiperf==0.13.0), CONCS ("1 8"), DURATION (s,
+# 120), RATIO (the t* ratio: a single point, 0.5, where t* is exact in
+# both tools; or LO:HI, a range, where each draws its own), SEED (1), GPUS
+# (16, the server's default deployment), OUT_TAG (the folders' suffix).
 set -u
 TRACES=$(readlink -f "${1:?usage: run.sh TRACES OUT}")
 OUT=$(readlink -f "${2:?usage: run.sh TRACES OUT}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$(readlink -f "${BIN:-./agentreplay}")
-AIPERF_PY=${AIPERF_PY:-build/aiperf/bin/python}
+VENV=${AIPERF_VENV:-build/aiperf}
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import aiperf" 2>/dev/null; then
+    echo "conformance-timing: installing aiperf==0.13.0 into $VENV"
+    python3 -m venv "$VENV" && "$VENV/bin/pip" install -q aiperf==0.13.0 ||
+        { echo "conformance-timing: cannot install AIPerf into $VENV" >&2; exit 2; }
+fi
 # Absolute, without resolving the venv's symlink to the system Python.
-AIPERF_BIN=$(cd "$(dirname "$AIPERF_PY")" && pwd)
-AIPERF_PY=$AIPERF_BIN/$(basename "$AIPERF_PY")
+AIPERF_BIN=$(cd "$VENV/bin" && pwd)
+AIPERF_PY=$AIPERF_BIN/python
 AIPERF=$AIPERF_BIN/aiperf
 CONCS=${CONCS:-"1 8"}
 DURATION=${DURATION:-120}
 RATIO=${RATIO:-0.5}
+case $RATIO in
+*:*) RLO=${RATIO%%:*} RHI=${RATIO#*:} RANGE=--range ;;
+*) RLO=$RATIO RHI=$RATIO RANGE= ;;
+esac
+TAG=${OUT_TAG:-}
 SEED=${SEED:-1}
 GPUS=${GPUS:-16}
 TOK=$OUT/tokenizer
@@ -48,7 +60,7 @@ unserve() { kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; }
 
 status=0
 for C in $CONCS; do
-    D=$OUT/c$C
+    D=$OUT/c$C$TAG
     rm -rf "$D"
     mkdir -p "$D/aiperf"
     echo "== concurrency $C: AIPerf"
@@ -59,7 +71,7 @@ for C in $CONCS; do
         --input-file "$TRACES" --custom-dataset-type weka_trace \
         --tokenizer agentreplay/wordlevel --random-seed "$SEED" \
         --concurrency "$C" --benchmark-duration "$DURATION" \
-        --trajectory-start-min-ratio "$RATIO" --trajectory-start-max-ratio "$RATIO" \
+        --trajectory-start-min-ratio "$RLO" --trajectory-start-max-ratio "$RHI" \
         --export-level records --artifact-dir "$D/aiperf" --ui none \
         --no-server-metrics --no-gpu-telemetry >aiperf.log 2>&1 )
     echo "aiperf exit $?" >>"$D/aiperf/aiperf.log"
@@ -69,16 +81,16 @@ for C in $CONCS; do
     serve "$D/load-srv"
     timeout -s KILL $((DURATION * 3 + 900)) "$BIN" load --url "http://127.0.0.1:$PORT" \
         --trace "$TRACES" --format agentx --concurrency "$C" --duration "$DURATION" \
-        --start-min-ratio "$RATIO" --start-max-ratio "$RATIO" --seed "$SEED" --gpus "$GPUS" \
+        --start-min-ratio "$RLO" --start-max-ratio "$RHI" --seed "$SEED" --gpus "$GPUS" \
         -o "$D/load" --quiet >"$D/load.log" 2>&1
     echo "load exit $?" >>"$D/load.log"
     unserve
     echo "== concurrency $C: agentreplay sim"
     timeout -s KILL 1800 "$BIN" sim --trace "$TRACES" --format agentx --concurrency "$C" \
-        --duration "$DURATION" --start-min-ratio "$RATIO" --start-max-ratio "$RATIO" \
+        --duration "$DURATION" --start-min-ratio "$RLO" --start-max-ratio "$RHI" \
         --seed "$SEED" -o "$D/sim" --quiet >"$D/sim.log" 2>&1
     echo "sim exit $?" >>"$D/sim.log"
-    python3 "$HERE/compare.py" "$D" --gpus "$GPUS" --json "$D/compare.json" || status=1
+    python3 "$HERE/compare.py" "$D" --gpus "$GPUS" $RANGE --json "$D/compare.json" || status=1
 done
 python3 "$HERE/table.py" "$OUT" >"$OUT/TABLE.md" && cat "$OUT/TABLE.md"
 exit $status

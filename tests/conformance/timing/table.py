@@ -6,8 +6,14 @@ import os
 import sys
 
 rows = []
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "c*", "compare.json")),
-                key=lambda p: int(os.path.basename(os.path.dirname(p))[1:])):
+def key(path):
+    name = os.path.basename(os.path.dirname(path))[1:]
+    digits = "".join(ch for ch in name if ch.isdigit()) if name[:1].isdigit() else "0"
+    head = name.split("-")[0]
+    return (int(head) if head.isdigit() else 0, name)
+
+
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "c*", "compare.json")), key=key):
     r = json.load(open(f))
     c = os.path.basename(os.path.dirname(f))[1:]
     for tool in ("aiperf", "load", "sim"):
