@@ -14,6 +14,9 @@ Definitions (../shared/reference/metrics.md):
   TTFT = first_token_ns - start_ns
   duration = max(end_ns) - min(start_ns) over measured requests
   total tok/s per GPU = (prompt + output tokens) / duration / gpus
+  the theoretical hit rate over the measured requests (the agentx rules,
+  whose records carry hit_blocks and blocks) = sum of min(hit_blocks,
+  blocks) / sum of blocks
 """
 import json
 import math
@@ -34,6 +37,8 @@ def recompute(folder):
     tpot, ttft = [], []
     start, end = None, None
     tokens = out_tokens = 0
+    hit_blocks = blocks = 0
+    theoretical = False
     with open(folder + "/requests.jsonl") as f:
         for line in f:
             r = json.loads(line)
@@ -47,10 +52,14 @@ def recompute(folder):
             end = r["end_ns"] if end is None else max(end, r["end_ns"])
             tokens += r["prompt_tokens"] + r["output_tokens"]
             out_tokens += r["output_tokens"]
+            if "blocks" in r:
+                theoretical = True
+                hit_blocks += min(max(r["hit_blocks"], 0), r["blocks"])
+                blocks += r["blocks"]
     with open(folder + "/run.json") as f:
         gpus = json.load(f)["gpus"]
     dur = (end - start) / 1e9 if start is not None else float("nan")
-    return {
+    got = {
         "interactivity_p90": 1000.0 / percentile(tpot, 0.9),
         "interactivity_p50": 1000.0 / percentile(tpot, 0.5),
         "ttft_p90_ms": percentile(ttft, 0.9),
@@ -59,6 +68,9 @@ def recompute(folder):
         "output_tok_s_per_gpu": out_tokens / dur / gpus,
         "completed": len(ttft),
     }
+    if theoretical:
+        got["hit_theoretical_measured"] = hit_blocks / blocks if blocks else float("nan")
+    return got
 
 
 def same4(a, b):
@@ -88,6 +100,8 @@ def main(argv):
         "output_tok_s_per_gpu": m["throughput_tok_s_per_gpu"]["output"],
         "completed": m["requests"]["completed"],
     }
+    if "hit_theoretical_measured" in got:
+        want["hit_theoretical_measured"] = m["prefix_hit_rate_theoretical_measured"]
     bad = [k for k in want if not same4(got[k], want[k])]
     for k in bad:
         print("MISMATCH %s: recomputed %.6g, run.json %.6g" % (k, got[k], want[k]))
