@@ -601,17 +601,23 @@ static void prefix_hits(struct pb *b, uint32_t *hits)
     qsort(rec, n, sizeof *rec, cmp_hrec);
     struct hmap seen;
     hmap_init(&seen);
+    /* Per stream the request it last added: its ids are all seen, so the
+     * prefix shared with it needs no lookups (most turns extend it). */
+    const struct pb_req **last = xcalloc(b->nbs ? b->nbs : 1, sizeof *last);
     for (uint32_t j = 0; j < n; j++) {
         const struct pb_req *q = &b->r[b->bs[rec[j].stream].reqs[rec[j].turn]];
-        uint32_t h = 0;
+        const struct pb_req *l = last[rec[j].stream];
+        uint32_t h = l ? pc_lcp(l->h, l->nh, q->h, q->nh) : 0;
         while (h < q->nh && hmap_get(&seen, q->h[h]))
             h++;
+        last[rec[j].stream] = q;
         hits[base[rec[j].stream] + rec[j].turn] = h;
-        bool added;
-        for (uint32_t x = 0; x < q->nh; x++)
+        bool added; /* the first h are in already */
+        for (uint32_t x = h; x < q->nh; x++)
             hmap_put(&seen, q->h[x], &added);
     }
     hmap_free(&seen);
+    free(last);
     free(rec);
     free(base);
 }
