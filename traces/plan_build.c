@@ -150,24 +150,17 @@ static void chains_free(struct chains *c)
     memset(c, 0, sizeof *c);
 }
 
-static int cmp_tk_req(const struct pb_req *a, const struct pb_req *b)
+static int cmp_req_tk(const void *x, const void *y, void *ctx)
 {
-    if (a->t != b->t)
-        return a->t < b->t ? -1 : 1;
-    return a->key < b->key ? -1 : a->key > b->key;
+    const struct pb_req *r = ctx;
+    return pc_cmp_tk(&r[*(const uint32_t *)x], &r[*(const uint32_t *)y]);
 }
 
-/* Sorts tree request indices by (t, key), stably. */
+/* Sorts tree request indices of one request list by (t, key) (keys differ
+ * within a list: a total order). */
 static void sort_by_tk(const struct pb_req *r, uint32_t *x, uint32_t n)
 {
-    for (uint32_t i = 1; i < n; i++) {
-        uint32_t v = x[i], j = i;
-        while (j > 0 && cmp_tk_req(&r[x[j - 1]], &r[v]) > 0) {
-            x[j] = x[j - 1];
-            j--;
-        }
-        x[j] = v;
-    }
+    qsort_r(x, n, sizeof *x, cmp_req_tk, (void *)r);
 }
 
 /* The chains of the requests list[0 .. n) (tree indices, in key order):
@@ -351,6 +344,19 @@ static void spawn_join(const struct pb *b, uint32_t pm, const uint32_t *by_key, 
     }
 }
 
+struct key_ctx {
+    const struct pb *b;
+    const struct bstream *m;
+};
+
+static int cmp_turn_key(const void *x, const void *y, void *ctx)
+{
+    const struct key_ctx *c = ctx;
+    uint32_t a = c->b->r[c->m->reqs[*(const uint32_t *)x]].key;
+    uint32_t d = c->b->r[c->m->reqs[*(const uint32_t *)y]].key;
+    return a < d ? -1 : a > d;
+}
+
 /* Turn indices of stream pm in key order. */
 static uint32_t *turns_by_key(const struct pb *b, uint32_t pm)
 {
@@ -358,14 +364,8 @@ static uint32_t *turns_by_key(const struct pb *b, uint32_t pm)
     uint32_t *x = xmalloc((m->n ? m->n : 1) * sizeof *x);
     for (uint32_t i = 0; i < m->n; i++)
         x[i] = i;
-    for (uint32_t i = 1; i < m->n; i++) {
-        uint32_t v = x[i], j = i;
-        while (j > 0 && b->r[m->reqs[x[j - 1]]].key > b->r[m->reqs[v]].key) {
-            x[j] = x[j - 1];
-            j--;
-        }
-        x[j] = v;
-    }
+    struct key_ctx c = {b, m};
+    qsort_r(x, m->n, sizeof *x, cmp_turn_key, &c);
     return x;
 }
 

@@ -69,6 +69,20 @@ struct pc_class {
 void pc_classify(const struct pc_result *res, const struct pb_req *r, const uint32_t *main_reqs,
                  uint32_t n_main, const struct plan_opts *o, struct pc_class *out);
 
+/* Order by time, ties by key (AIPerf's (t, index) sort keys). */
+static inline int pc_cmp_time_key(double ta, uint32_t ka, double tb, uint32_t kb)
+{
+    if (ta != tb)
+        return ta < tb ? -1 : 1;
+    return ka < kb ? -1 : ka > kb;
+}
+
+/* (t, key) order of two requests. */
+static inline int pc_cmp_tk(const struct pb_req *a, const struct pb_req *b)
+{
+    return pc_cmp_time_key(a->t, a->key, b->t, b->key);
+}
+
 /* Longest common prefix of two block-id lists. */
 static inline uint32_t pc_lcp(const uint64_t *a, uint32_t na, const uint64_t *b, uint32_t nb)
 {
