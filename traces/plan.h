@@ -243,9 +243,10 @@ struct plan_resume {
 };
 /* Fills out (capacity cap; the tree's n_streams always suffices) with
  * tree's live streams at t_star_ns and returns their count (0: nothing
- * live, the tree is skipped; -1: cap too small); boundary (NULL, or room
- * for the tree's n_streams) gets, per stream of the tree in order, the
- * number of its turns that count as completed for the gates. */
+ * live, the tree is skipped; -1: cap too small; out NULL: only the
+ * boundaries); boundary (NULL, or room for the tree's n_streams) gets, per
+ * stream of the tree in order, the number of its turns that count as
+ * completed for the gates. */
 int plan_snapshot(const struct plan *p, uint32_t tree, int64_t t_star_ns,
                   struct plan_resume *out, int cap, uint32_t *boundary);
 /* The same at t* in AIPerf's ms (exact comparisons with the turns' t_ms). */

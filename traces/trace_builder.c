@@ -438,7 +438,11 @@ static void fill_agentx_view(struct trace *t)
     uint32_t *kids = xmalloc((t->n_sessions ? t->n_sessions : 1) * sizeof *kids);
     for (uint32_t i = 0; i < t->n_sessions; i++) {
         struct trace_session *s = &t->sessions[i];
-        soff[i] = s->parent == TRACE_NONE ? 0 : soff[s->parent] + s->fork_t_ns;
+        /* Saturating: nested offsets of absurd inputs must not overflow. */
+        if (s->parent == TRACE_NONE)
+            soff[i] = 0;
+        else if (__builtin_add_overflow(soff[s->parent], s->fork_t_ns, &soff[i]))
+            soff[i] = INT64_MAX;
         bool set = s->n_calls && t->calls[s->first_call].pos != TRACE_NONE;
         for (uint32_t c = s->first_child; c != TRACE_NONE && !set; c = t->sessions[c].next_sibling)
             set = t->sessions[c].pos != TRACE_NONE;
@@ -448,7 +452,10 @@ static void fill_agentx_view(struct trace *t)
             struct trace_call *c = &t->calls[s->first_call + k];
             if (!isnan(c->at_s))
                 continue;
-            c->at_s = (double)(soff[i] + c->t_ns) / 1e9;
+            int64_t at;
+            if (__builtin_add_overflow(soff[i], c->t_ns, &at))
+                at = INT64_MAX;
+            c->at_s = (double)at / 1e9;
             c->api_s = c->api_ns >= 0 ? (double)c->api_ns / 1e9 : NAN;
         }
         if (isnan(s->spawn_s))
