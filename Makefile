@@ -96,9 +96,10 @@ bench: deps-ok $(BUILD)/agentreplay $(BENCH_BIN)
 
 # Fuzz harnesses: clang's libFuzzer, each for FUZZ_SECONDS.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
-# The harnesses reach no kernel code (only the kernels command calls it),
-# and kernels/ is built by gcc and nvcc only.
-FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/% replay/cli/kernels.c,$(LIB_SRC)))
+# The harnesses reach no kernel code and no command front (only the
+# kernels command calls the kernels), and kernels/ is built by gcc and
+# nvcc only.
+FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/% replay/cli/%,$(LIB_SRC)))
 build/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -DAGENTREPLAY_DATADIR='"$(PREFIX)/share/agentreplay"' -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@

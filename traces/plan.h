@@ -29,8 +29,26 @@
  * integer ns for the replayer (the `_ns` fields: llround(ms * 1e6)).
  *
  * The replayer (replay/lanes.c) executes a plan; `agentreplay trace plan
- * --json` prints it in the canonical form of PLAN_SCHEMA in
+ * --json` prints it in the canonical form of the schema in
  * tests/conformance/README.md.
+ *
+ * How a replayer uses it: plan_build once per trace (plan_verify in
+ * tests), then per lane: the next tree from one cursor over plan.trees
+ * (file order; skip trees with n_turns 0); t* = plan_t_star_ms(p, tree, u)
+ * with u drawn in the ratio range; plan_snapshot_ms(p, tree, t*, states,
+ * n_streams, boundary) gives the streams live at t* (0: nothing live, take
+ * the next tree) and the turns the gates count as done. Warm-up: each
+ * state with warm_turn != PLAN_NONE sends that turn (max_tokens 1) at
+ * max(lead) - lead. Measurement: each state not waiting sends next_turn
+ * after offset; a waiting root sends its join turn when the branches it
+ * joins are done. After a turn returns: start its spawn branches (at
+ * issue: when it was sent), each child after child_offset; send the next
+ * turn after delay, unless it joins branches with children still running
+ * (then at once when they are done), and only once its `after` turns have
+ * completed. A recycled tree starts at turn 0 of its root with nothing
+ * completed. Nested subagents (which AIPerf refuses) are planned as
+ * children of their parent subagent's main stream; only the root's
+ * branches are live at t*.
  */
 #ifndef PLAN_H
 #define PLAN_H
@@ -169,7 +187,8 @@ struct plan_opts {
 };
 
 struct plan {
-    struct arena arena;     /* owns everything below */
+    struct arena arena;     /* owns the strings; the arrays are malloc'ed;
+                               plan_destroy frees both */
     const struct trace *tr; /* borrowed */
     struct plan_opts opts;
     struct plan_tree *trees;      /* in sampler order (file order) */
@@ -198,8 +217,10 @@ void plan_opts_defaults(struct plan_opts *o);
  * without sessions have none). NULL with a located message on error. */
 struct plan *plan_build(const struct trace *t, const struct plan_opts *o, char *err);
 void plan_destroy(struct plan *p);
-/* Checks every invariant (indices in range, turns in stream order, gates
- * within a scope and acyclic, joins after spawns); 0, or -1 with err. */
+/* Checks every invariant (indices in range, streams and turns in order,
+ * each child in one branch, gates within a scope on turns that completed
+ * before the gated one starts, spawn and join turns distinct and naming
+ * their branches); 0, or -1 with err. */
 int plan_verify(const struct plan *p, char *err);
 
 /* Where a tree instance resumes at warm-start time t* (trajectory_source.py
@@ -220,10 +241,12 @@ struct plan_resume {
     double offset_ms, lead_ms; /* offset_ns, lead_ns as AIPerf holds them
                                   (lead NAN if none) */
 };
-/* Fills out (capacity cap) with tree's live streams at t_star_ns and
- * returns their count (0: nothing live, the tree is skipped); boundary
- * (capacity: the tree's n_streams) gets, per stream of the tree in order,
- * the number of its turns that count as completed for the gates. */
+/* Fills out (capacity cap; the tree's n_streams always suffices) with
+ * tree's live streams at t_star_ns and returns their count (0: nothing
+ * live, the tree is skipped; -1: cap too small; out NULL: only the
+ * boundaries); boundary (NULL, or room for the tree's n_streams) gets, per
+ * stream of the tree in order, the number of its turns that count as
+ * completed for the gates. */
 int plan_snapshot(const struct plan *p, uint32_t tree, int64_t t_star_ns,
                   struct plan_resume *out, int cap, uint32_t *boundary);
 /* The same at t* in AIPerf's ms (exact comparisons with the turns' t_ms). */

@@ -17,21 +17,13 @@
 
 /* ---- preamble ---------------------------------------------------------- */
 
-/* (t, key) order of two requests. */
-static int cmp_tk(const struct pb_req *a, const struct pb_req *b)
-{
-    if (a->t != b->t)
-        return a->t < b->t ? -1 : 1;
-    return a->key < b->key ? -1 : a->key > b->key;
-}
-
 uint32_t pc_preamble(const struct pb_req *r, uint32_t n)
 {
     if (n < 2)
         return PLAN_NONE;
     uint32_t f = 0;
     for (uint32_t i = 1; i < n; i++)
-        if (cmp_tk(&r[i], &r[f]) < 0)
+        if (pc_cmp_tk(&r[i], &r[f]) < 0)
             f = i;
     const struct pb_req *q = &r[f];
     if (!q->nh)
@@ -356,7 +348,7 @@ static void resolve_seams(struct det *d, const struct plan_opts *o)
 static int cmp_idx_tk(const void *a, const void *b, void *ctx)
 {
     const struct pb_req *r = ctx;
-    return cmp_tk(&r[*(const uint32_t *)a], &r[*(const uint32_t *)b]);
+    return pc_cmp_tk(&r[*(const uint32_t *)a], &r[*(const uint32_t *)b]);
 }
 
 void pc_detect(const struct pb_req *r, uint32_t n, const struct plan_opts *o,
@@ -387,15 +379,16 @@ void pc_detect(const struct pb_req *r, uint32_t n, const struct plan_opts *o,
     for (uint32_t i = 0; i < d.nc; i++)
         if (d.c[i].spliced == PLAN_NONE && i != res->main)
             res->workers[res->n_workers++] = i;
-    /* By first request (t, key). */
-    for (uint32_t i = 1; i < res->n_workers; i++) {
-        uint32_t v = res->workers[i], j = i;
-        while (j > 0 && cmp_tk(&r[d.c[res->workers[j - 1]].reqs[0]], &r[d.c[v].reqs[0]]) > 0) {
-            res->workers[j] = res->workers[j - 1];
-            j--;
-        }
-        res->workers[j] = v;
+    /* By first request (t, key): sort their first requests, map back. */
+    uint32_t *first = xmalloc((res->n_workers ? res->n_workers : 1) * sizeof *first);
+    for (uint32_t i = 0; i < res->n_workers; i++) {
+        first[i] = d.c[res->workers[i]].reqs[0];
+        d.chain_of[first[i]] = res->workers[i]; /* no longer needed as such */
     }
+    qsort_r(first, res->n_workers, sizeof *first, cmp_idx_tk, (void *)r);
+    for (uint32_t i = 0; i < res->n_workers; i++)
+        res->workers[i] = d.chain_of[first[i]];
+    free(first);
     for (uint32_t i = 0; i < n; i++)
         free(d.forks[i]);
     free(d.forks);
@@ -429,9 +422,7 @@ static int cmp_cand(const void *a, const void *b)
     const struct wg_cand *x = a, *y = b;
     if (x->bucket != y->bucket)
         return x->bucket < y->bucket ? -1 : 1;
-    if (x->t0 != y->t0)
-        return x->t0 < y->t0 ? -1 : 1;
-    return x->key < y->key ? -1 : x->key > y->key;
+    return pc_cmp_time_key(x->t0, x->key, y->t0, y->key);
 }
 
 struct wg_group {
@@ -443,9 +434,7 @@ struct wg_group {
 static int cmp_group(const void *a, const void *b)
 {
     const struct wg_group *x = a, *y = b;
-    if (x->t0 != y->t0)
-        return x->t0 < y->t0 ? -1 : 1;
-    return x->key < y->key ? -1 : x->key > y->key;
+    return pc_cmp_time_key(x->t0, x->key, y->t0, y->key);
 }
 
 /* Worker groups: workers forked with shared context from one fork point,

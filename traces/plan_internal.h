@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "traces/plan.h"
+#include "traces/base/hmap.h"
 
 /* AIPerf's epsilon for "at or after" comparisons of recorded times
  * (weka_trace.py _JOIN_EPSILON_SECONDS, weka_agent_chains.py _EPSILON_SECONDS). */
@@ -68,6 +69,20 @@ struct pc_class {
 void pc_classify(const struct pc_result *res, const struct pb_req *r, const uint32_t *main_reqs,
                  uint32_t n_main, const struct plan_opts *o, struct pc_class *out);
 
+/* Order by time, ties by key (AIPerf's (t, index) sort keys). */
+static inline int pc_cmp_time_key(double ta, uint32_t ka, double tb, uint32_t kb)
+{
+    if (ta != tb)
+        return ta < tb ? -1 : 1;
+    return ka < kb ? -1 : ka > kb;
+}
+
+/* (t, key) order of two requests. */
+static inline int pc_cmp_tk(const struct pb_req *a, const struct pb_req *b)
+{
+    return pc_cmp_time_key(a->t, a->key, b->t, b->key);
+}
+
 /* Longest common prefix of two block-id lists. */
 static inline uint32_t pc_lcp(const uint64_t *a, uint32_t na, const uint64_t *b, uint32_t nb)
 {
@@ -101,6 +116,69 @@ int pm_plan(const struct pm_turn *turns, uint32_t n, int64_t bs, int64_t tool, i
 /* Fills the happens-before lists of tree's turns (appended to p->refs,
  * whose capacity is *cap_refs), scope by scope. */
 void pg_gates(struct plan *p, uint32_t tree, uint32_t *cap_refs);
+
+/* ---- the builder (plan_build.c, plan_emit.c) -------------------------- */
+
+/* A stream before it is emitted. */
+struct bstream {
+    uint8_t kind;
+    uint32_t parent;        /* bstream index; PLAN_NONE for the root */
+    uint32_t session;
+    uint32_t chain;         /* plan_stream.chain */
+    uint32_t entry_pos;     /* a subagent stream: its entry's position */
+    char *id, *scope;       /* malloc'ed until emitted */
+    uint32_t *reqs, n;      /* tree request indices, in turn order */
+    int64_t tool, system;   /* turn 0's declared prefix */
+};
+
+/* A spawn group under construction: the children of one parent turn that
+ * share the turn that joins them. */
+struct bgroup {
+    uint32_t parent;        /* bstream of the spawning stream */
+    uint32_t spawn, join;   /* its turn indices; join PLAN_NONE: background */
+    bool flat;
+    uint32_t name_entry;    /* subagent: the first entry's session; flat: chain */
+    double start_s;         /* min spawn time (s) of the members */
+    uint32_t *kids, n_kids; /* bstream indices, dispatch order */
+};
+
+struct pb {
+    const struct trace *t;
+    const struct plan_opts *o;
+    struct plan *p;
+    char *err;
+    /* capacities of the plan's arrays */
+    uint32_t cap_trees, cap_streams, cap_turns, cap_branches, cap_refs, cap_branch_refs,
+        cap_children, cap_msgs, cap_strings;
+    /* the current tree */
+    struct pb_req *r;       /* every call of the tree */
+    uint32_t nr;
+    uint32_t *req_of_session; /* per trace session: its first tree request */
+    uint64_t *ids;          /* the requests' block ids */
+    struct bstream *bs;
+    uint32_t nbs, capbs;
+    struct bgroup *g;
+    uint32_t ng, capg;
+    const char *trace_id;
+    uint32_t *dropped, n_dropped, cap_dropped; /* sessions not replayed */
+    struct hmap trace_ids;  /* hash of every tree's id seen so far */
+};
+
+#define GROW(arr, n, cap)                                                  \
+    do {                                                                   \
+        if ((n) >= (cap)) {                                                \
+            (cap) = (cap) ? 2 * (cap) : 16;                                \
+            (arr) = xrealloc((arr), (size_t)(cap) * sizeof *(arr));        \
+        }                                                                  \
+    } while (0)
+
+/* A malloc'ed formatted string. */
+char *pb_xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A subagent session's agent id ("subagent_POS" when it has none). */
+const char *pb_agent_name(const struct trace *t, uint32_t s, char *buf, size_t n);
+/* Emits the planned tree of root (b->bs, b->g) into the plan. 0, or -1
+ * with b->err. */
+int pb_emit_tree(struct pb *b, uint32_t root, uint32_t *n_scopes);
 
 /* ---- helpers ---------------------------------------------------------- */
 

@@ -55,7 +55,7 @@ int plan_snapshot_ms(const struct plan *p, uint32_t tree, double t_star, struct 
             uint32_t nx = next_turn(p, tr->first_stream + i, t_star);
             boundary[i] = nx == PLAN_NONE ? p->streams[tr->first_stream + i].n_turns : nx;
         }
-    if (!tr->n_streams)
+    if (!tr->n_streams || !out)
         return 0;
     uint32_t root = tr->first_stream;
     uint32_t rn = next_turn(p, root, t_star);

@@ -10,6 +10,7 @@
  * the longest common prefix. Either way the shared part is checked block by
  * block, so a hash collision can only cost compression, never correctness.
  */
+#define _GNU_SOURCE /* qsort_r */
 #include "traces/trace_internal.h"
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
@@ -396,6 +397,17 @@ static uint32_t fork_slot(const struct trace_session *s)
     return s->fork_after == TRACE_NONE ? 0 : s->fork_after + 1;
 }
 
+/* (fork slot, session) order of two subagents. */
+static int cmp_slot(const void *x, const void *y, void *ctx)
+{
+    const struct trace *t = ctx;
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    uint32_t sa = fork_slot(&t->sessions[a]), sb = fork_slot(&t->sessions[b]);
+    if (sa != sb)
+        return sa < sb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
 /* Positions of one session's request list as the native order implies
  * them: subagents forked at the session's start first, then each call
  * followed by the subagents forked after it, in session order. kids has
@@ -404,15 +416,9 @@ static void native_positions(struct trace *t, uint32_t si, uint32_t *kids)
 {
     const struct trace_session *s = &t->sessions[si];
     uint32_t nk = 0;
-    for (uint32_t c = s->first_child; c != TRACE_NONE; c = t->sessions[c].next_sibling) {
-        /* Insertion sort by slot, stable: children come nearly sorted. */
-        uint32_t j = nk++;
-        while (j > 0 && fork_slot(&t->sessions[kids[j - 1]]) > fork_slot(&t->sessions[c])) {
-            kids[j] = kids[j - 1];
-            j--;
-        }
-        kids[j] = c;
-    }
+    for (uint32_t c = s->first_child; c != TRACE_NONE; c = t->sessions[c].next_sibling)
+        kids[nk++] = c;
+    qsort_r(kids, nk, sizeof *kids, cmp_slot, t);
     uint32_t pos = 0, k = 0;
     for (uint32_t slot = 0; slot <= s->n_calls; slot++) {
         while (k < nk && fork_slot(&t->sessions[kids[k]]) == slot)
@@ -432,7 +438,11 @@ static void fill_agentx_view(struct trace *t)
     uint32_t *kids = xmalloc((t->n_sessions ? t->n_sessions : 1) * sizeof *kids);
     for (uint32_t i = 0; i < t->n_sessions; i++) {
         struct trace_session *s = &t->sessions[i];
-        soff[i] = s->parent == TRACE_NONE ? 0 : soff[s->parent] + s->fork_t_ns;
+        /* Saturating: nested offsets of absurd inputs must not overflow. */
+        if (s->parent == TRACE_NONE)
+            soff[i] = 0;
+        else if (__builtin_add_overflow(soff[s->parent], s->fork_t_ns, &soff[i]))
+            soff[i] = INT64_MAX;
         bool set = s->n_calls && t->calls[s->first_call].pos != TRACE_NONE;
         for (uint32_t c = s->first_child; c != TRACE_NONE && !set; c = t->sessions[c].next_sibling)
             set = t->sessions[c].pos != TRACE_NONE;
@@ -442,7 +452,10 @@ static void fill_agentx_view(struct trace *t)
             struct trace_call *c = &t->calls[s->first_call + k];
             if (!isnan(c->at_s))
                 continue;
-            c->at_s = (double)(soff[i] + c->t_ns) / 1e9;
+            int64_t at;
+            if (__builtin_add_overflow(soff[i], c->t_ns, &at))
+                at = INT64_MAX;
+            c->at_s = (double)at / 1e9;
             c->api_s = c->api_ns >= 0 ? (double)c->api_ns / 1e9 : NAN;
         }
         if (isnan(s->spawn_s))

@@ -87,7 +87,7 @@ def aiperf_run(trace_dir: str, tokenizer: str, seed: int, concurrency: int):
                         random_seed=seed)
 
 
-def load(trace_dir: str, tokenizer: str, seed: int, concurrency: int):
+def load(trace_dir: str, tokenizer: str, seed: int, concurrency: int, corpus_only=False):
     """AIPerf's parsed traces and conversations, as a run loads them."""
     from aiperf.common import random_generator
     from aiperf.common.tokenizer import Tokenizer
@@ -103,6 +103,8 @@ def load(trace_dir: str, tokenizer: str, seed: int, concurrency: int):
     default = plugins.get_dataset_loader_metadata("weka_trace").default_prompt_corpus
     pg = resolve_prompt_generator(corpus=run.cfg.get_prompt_corpus(), default_corpus=default,
                                   tokenizer=tok)
+    if corpus_only:
+        return None, None, pg
     loader = WekaTraceLoader(filename=trace_dir, run=run, prompt_generator=pg)
     data = loader.load_dataset()
     return data, loader.convert_to_conversations(data), pg
@@ -307,7 +309,7 @@ def main() -> int:
     os.environ.setdefault("AIPERF_DATASET_WEKA_PARALLEL_WORKERS", "1")
     trace_dir = str(Path(a.trace_dir).resolve())
     tok = word_tokenizer(Path(a.tokenizer_dir))
-    data, convs, pg = load(trace_dir, tok, a.seed, a.concurrency)
+    data, convs, pg = load(trace_dir, tok, a.seed, a.concurrency, a.corpus_size)
     if a.corpus_size:
         print(pg._corpus_size)
         return 0
