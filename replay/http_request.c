@@ -75,6 +75,18 @@ static void msg_open(struct http_xfer *x, uint32_t m)
 
 static uint32_t n_messages(const struct target_call *c) { return c->n_msgs ? c->n_msgs : 1; }
 
+/* Copies what is left of src[*off .. len) into dst (room bytes at most),
+ * advancing *off; returns the bytes copied. */
+static size_t copy_rest(char *dst, size_t room, const char *src, size_t len, size_t *off)
+{
+    size_t c = len - *off;
+    if (c > room)
+        c = room;
+    memcpy(dst, src + *off, c);
+    *off += c;
+    return c;
+}
+
 /* The prompt part of the body: the generator's text, with the messages'
  * boundaries written in between (chat structure). 0 at its end. */
 static size_t content_read(struct http_xfer *x, char *buf, size_t n)
@@ -84,12 +96,7 @@ static size_t content_read(struct http_xfer *x, char *buf, size_t n)
     size_t k = 0;
     while (k < n) {
         if (x->sep_off < x->sep_len) {
-            size_t c = x->sep_len - x->sep_off;
-            if (c > n - k)
-                c = n - k;
-            memcpy(buf + k, x->sep + x->sep_off, c);
-            x->sep_off += c;
-            k += c;
+            k += copy_rest(buf + k, n - k, x->sep, x->sep_len, &x->sep_off);
             continue;
         }
         size_t r = prompt_gen_read(&x->gen, buf + k, n - k);
@@ -220,24 +227,12 @@ size_t http_request_read(char *buf, size_t size, size_t nitems, void *userp)
 {
     struct http_xfer *x = userp;
     size_t n = size * nitems, k = 0;
-    if (x->head_off < x->head_len) {
-        size_t c = x->head_len - x->head_off;
-        if (c > n)
-            c = n;
-        memcpy(buf, x->head + x->head_off, c);
-        x->head_off += c;
-        k += c;
-    }
+    if (x->head_off < x->head_len)
+        k += copy_rest(buf, n, x->head, x->head_len, &x->head_off);
     if (k < n && x->head_off == x->head_len)
         k += content_read(x, buf + k, n - k);
-    if (k < n && content_done(x) && x->tail_off < x->tail_len) {
-        size_t c = x->tail_len - x->tail_off;
-        if (c > n - k)
-            c = n - k;
-        memcpy(buf + k, x->tail + x->tail_off, c);
-        x->tail_off += c;
-        k += c;
-    }
+    if (k < n && content_done(x) && x->tail_off < x->tail_len)
+        k += copy_rest(buf + k, n - k, x->tail, x->tail_len, &x->tail_off);
     x->t->counts.bytes_sent += k;
     return k;
 }

@@ -9,7 +9,9 @@
 # first use with pip install aiperf==0.13.0), CONCS ("1 8"), DURATION (s,
 # 120), RATIO (the t* ratio: a single point, 0.5, where t* is exact in
 # both tools; or LO:HI, a range, where each draws its own), SEED (1), GPUS
-# (16, the server's default deployment), OUT_TAG (the folders' suffix).
+# (16, the server's default deployment), OUT_TAG (the folders' suffix),
+# BODIES_AT (1: the concurrency whose AIPerf payloads are exported whole
+# and checked against the bodies agentreplay sends, bodies.py).
 set -u
 TRACES=$(readlink -f "${1:?usage: run.sh TRACES OUT}")
 OUT=$(readlink -f "${2:?usage: run.sh TRACES OUT}")
@@ -33,6 +35,7 @@ case $RATIO in
 *) RLO=$RATIO RHI=$RATIO RANGE= ;;
 esac
 TAG=${OUT_TAG:-}
+BODIES_AT=${BODIES_AT:-1}
 SEED=${SEED:-1}
 GPUS=${GPUS:-16}
 TOK=$OUT/tokenizer
@@ -64,6 +67,8 @@ for C in $CONCS; do
     rm -rf "$D"
     mkdir -p "$D/aiperf"
     echo "== concurrency $C: AIPerf"
+    LEVEL=records
+    [ "$C" = "$BODIES_AT" ] && LEVEL=raw
     serve "$D/aiperf"
     ( cd "$D/aiperf" && HF_HOME=$TOK-hf-home HF_HUB_OFFLINE=1 timeout -s KILL $((DURATION * 3 + 900)) \
         "$AIPERF" profile --scenario inferencex-agentx-mvp --unsafe-override \
@@ -72,7 +77,7 @@ for C in $CONCS; do
         --tokenizer agentreplay/wordlevel --random-seed "$SEED" \
         --concurrency "$C" --benchmark-duration "$DURATION" \
         --trajectory-start-min-ratio "$RLO" --trajectory-start-max-ratio "$RHI" \
-        --export-level records --artifact-dir "$D/aiperf" --ui none \
+        --export-level "$LEVEL" --artifact-dir "$D/aiperf" --ui none \
         --no-server-metrics --no-gpu-telemetry >aiperf.log 2>&1 )
     echo "aiperf exit $?" >>"$D/aiperf/aiperf.log"
     unserve
@@ -91,6 +96,11 @@ for C in $CONCS; do
         --seed "$SEED" -o "$D/sim" --quiet >"$D/sim.log" 2>&1
     echo "sim exit $?" >>"$D/sim.log"
     python3 "$HERE/compare.py" "$D" --gpus "$GPUS" $RANGE --json "$D/compare.json" || status=1
+    if [ "$LEVEL" = raw ]; then
+        timeout -s KILL 600 python3 "$HERE/bodies.py" "$BIN" "$TRACES" \
+            "$D/aiperf/profile_export_raw.jsonl" "$D/bodies" >"$D/bodies.txt" 2>&1 || status=1
+        cat "$D/bodies.txt"
+    fi
 done
 python3 "$HERE/table.py" "$OUT" >"$OUT/TABLE.md" && cat "$OUT/TABLE.md"
 exit $status
