@@ -13,12 +13,11 @@
 #include "replay/replay.h"
 #include "engine/target.h"
 #include "tests/testhelp.h"
+#include "tests/testlanes.h"
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
 #include "traces/base/rng.h"
 
-#define MS (1000000LL)
-#define S (1000000000LL)
 
 /* A tiny trace built in memory. */
 struct mini_trace {
@@ -90,82 +89,12 @@ static void mini_call(struct mini_trace *b, int64_t t_ns, int64_t think_ns, int6
     c->suffix = b->blk[i];
 }
 
-/* Records read back from a requests.jsonl. */
-struct rec {
-    char session[64];
-    int lane, call;
-    long long tree, start, first, end, cached, out, prompt;
-    bool warmup, cancelled, overflow;
-    char error[64];
-};
-static struct rec recs[4096];
-static int n_recs;
-
-static void read_records(const char *path)
-{
-    n_recs = 0;
-    FILE *f = fopen(path, "r");
-    char line[8192];
-    while (f && fgets(line, sizeof line, f) && n_recs < 4096) {
-        json_error_t je;
-        json_t *o = json_loads(line, 0, &je);
-        if (!o)
-            continue;
-        struct rec *r = &recs[n_recs++];
-        memset(r, 0, sizeof *r);
-        snprintf(r->session, sizeof r->session, "%s", json_string_value(json_object_get(o, "session")));
-        r->lane = (int)json_integer_value(json_object_get(o, "lane"));
-        r->call = (int)json_integer_value(json_object_get(o, "call"));
-        r->tree = json_integer_value(json_object_get(o, "tree"));
-        r->start = json_integer_value(json_object_get(o, "start_ns"));
-        json_t *ft = json_object_get(o, "first_token_ns");
-        r->first = json_is_null(ft) ? -1 : json_integer_value(ft);
-        r->end = json_integer_value(json_object_get(o, "end_ns"));
-        r->cached = json_integer_value(json_object_get(o, "cached_tokens"));
-        r->out = json_integer_value(json_object_get(o, "output_tokens"));
-        r->prompt = json_integer_value(json_object_get(o, "prompt_tokens"));
-        r->warmup = json_is_true(json_object_get(o, "warmup"));
-        r->cancelled = json_is_true(json_object_get(o, "cancelled"));
-        r->overflow = json_is_true(json_object_get(o, "overflow"));
-        json_t *e = json_object_get(o, "error");
-        if (json_is_string(e))
-            snprintf(r->error, sizeof r->error, "%s", json_string_value(e));
-        json_decref(o);
-    }
-    if (f)
-        fclose(f);
-}
-
-static struct rec *find(const char *session_prefix, int call, int nth)
-{
-    for (int i = 0; i < n_recs; i++)
-        if (!strncmp(recs[i].session, session_prefix, strlen(session_prefix)) &&
-            recs[i].call == call && nth-- == 0)
-            return &recs[i];
-    return NULL;
-}
-
-static const struct target_fake_config FAKE = {
-    .overhead_ns = 1 * MS, .prefill_ns_per_token = 10000, .tpot_ns = 20 * MS,
-    .chunk_tokens = 1, .gpus = 8, .cache = true,
-};
-
 struct run {
     struct metrics_summary sum;
     struct replay_outcome out;
     int verify_fail;
     int64_t end_ns;
 };
-
-static int verify_fails;
-static void tick_verify(void *arg, struct replay *r, int64_t now)
-{
-    char err[ERR_LEN];
-    if (replay_verify(r, err)) {
-        verify_fails++;
-        fprintf(stderr, "verify at %lld: %s\n", (long long)now, err);
-    }
-}
 
 /* Runs cfg over trace t with the fake target; records to /tmp file. */
 static int run(const struct trace *t, const struct replay_config *cfg,
