@@ -22,26 +22,8 @@
 
 /* ---- a tiny trace: one session per stream, its calls the turns ---- */
 
-struct mini {
-    struct trace t;
-    struct trace_session s[32];
-    struct trace_call c[256];
-    uint64_t blk[256][64];
-    const char *strs[32];
-};
-
-static void mini_init(struct mini *b)
-{
-    memset(b, 0, sizeof *b);
-    b->t.sessions = b->s;
-    b->t.calls = b->c;
-    b->t.strings = b->strs;
-    b->t.format = TRACE_FMT_AGENTX;
-    b->t.n_scopes = 1;
-}
-
 /* A session for one stream (scope: its tree's). */
-static uint32_t mini_session(struct mini *b, const char *name, uint32_t scope)
+static uint32_t mini_session(struct mini_trace *b, const char *name, uint32_t scope)
 {
     uint32_t i = b->t.n_sessions++;
     struct trace_session *s = &b->s[i];
@@ -57,28 +39,6 @@ static uint32_t mini_session(struct mini *b, const char *name, uint32_t scope)
     s->kind = s->status = s->file = TRACE_NONE;
     b->t.n_roots++;
     return i;
-}
-
-/* A call of the last session: t (the plan's recorded start), the delay
- * before it (kept in think_ns for the plan), in, out; chain blocks
- * 1..in/64 (each call extends the one before). */
-static void mini_call(struct mini *b, int64_t t_ns, int64_t delay_ns, int64_t in, int64_t out)
-{
-    uint32_t si = b->t.n_sessions - 1, i = b->t.n_calls++;
-    struct trace_call *c = &b->c[i];
-    c->t_ns = t_ns;
-    c->think_ns = delay_ns;
-    c->api_ns = c->ttft_ns = -1;
-    c->prompt_tokens = in;
-    c->output_tokens = out;
-    c->session = si;
-    c->index = b->s[si].n_calls++;
-    c->model = c->stop = c->input_types = c->output_types = TRACE_NONE;
-    c->base = TRACE_NONE;
-    c->n_blocks = (uint32_t)(in / 64);
-    for (uint32_t k = 0; k < c->n_blocks; k++)
-        b->blk[i][k] = k + 1;
-    c->suffix = b->blk[i];
 }
 
 /* ---- a hand-built plan over it ---- */
@@ -304,7 +264,7 @@ static void base_cfg(struct replay_config *c)
  * (metrics/theoretical_prefix_cache.py); --think-cap (not AgentX). */
 static void case_delays(void)
 {
-    struct mini *b = xcalloc(1, sizeof *b);
+    struct mini_trace *b = xcalloc(1, sizeof *b);
     mini_init(b);
     mini_session(b, "A", 0);
     mini_call(b, 0, -1, 640, 11);
@@ -363,7 +323,7 @@ static void case_delays(void)
 static void case_idle_cap(void)
 {
     for (int v = 0; v < 2; v++) {
-        struct mini *b = xcalloc(1, sizeof *b);
+        struct mini_trace *b = xcalloc(1, sizeof *b);
         mini_init(b);
         mini_session(b, "A", 0);
         mini_call(b, 0, -1, 640, v ? 1501 : 501); /* 30.0074 s or 10.0074 s */
@@ -410,7 +370,7 @@ static void case_idle_cap(void)
  * tree). */
 static void case_joins(void)
 {
-    struct mini *b = xcalloc(1, sizeof *b);
+    struct mini_trace *b = xcalloc(1, sizeof *b);
     mini_init(b);
     mini_session(b, "R", 0);
     mini_call(b, 0, -1, 640, 11);
@@ -495,7 +455,7 @@ static void case_joins(void)
  * (timing/replay_dependencies.py ReplayBarrierCoordinator). */
 static void case_gates(void)
 {
-    struct mini *b = xcalloc(1, sizeof *b);
+    struct mini_trace *b = xcalloc(1, sizeof *b);
     mini_init(b);
     mini_session(b, "R", 0);
     mini_call(b, 0, -1, 640, 11);
@@ -539,7 +499,7 @@ static void case_gates(void)
  * exporters/aggregate/aggregate_base_exporter.py). */
 static void case_overflow(void)
 {
-    struct mini *b = xcalloc(1, sizeof *b);
+    struct mini_trace *b = xcalloc(1, sizeof *b);
     mini_init(b);
     mini_session(b, "O", 0);
     mini_call(b, 0, -1, 640, 11);
@@ -598,7 +558,7 @@ static void case_overflow(void)
  * (timing/strategies/cache_bust.py, workers/worker.py). */
 static void case_recycle(void)
 {
-    struct mini *b = xcalloc(1, sizeof *b);
+    struct mini_trace *b = xcalloc(1, sizeof *b);
     mini_init(b);
     mini_session(b, "X", 0);
     mini_call(b, 0, -1, 640, 51);
@@ -648,7 +608,7 @@ static void case_recycle(void)
 
 /* The warm-start tree: a root at 0, 20, ..., 100 s and a child spawned by
  * its turn 1 at 25, 30, 55, 70 s. */
-static void warm_tree(struct mini *b, struct mp *m)
+static void warm_tree(struct mini_trace *b, struct mp *m)
 {
     mini_init(b);
     mini_session(b, "W", 0);
@@ -676,7 +636,7 @@ static void warm_tree(struct mini *b, struct mp *m)
  * (credit/callback_handler.py _handle_warmup_failure). */
 static void case_warm(void)
 {
-    struct mini *b = xcalloc(1, sizeof *b);
+    struct mini_trace *b = xcalloc(1, sizeof *b);
     struct mp *m = xcalloc(1, sizeof *m);
     warm_tree(b, m);
     struct replay_config cfg;
@@ -736,7 +696,7 @@ static void case_warm(void)
  * on no progress instead of spinning in zero virtual time. */
 static void case_end(void)
 {
-    struct mini *b = xcalloc(1, sizeof *b);
+    struct mini_trace *b = xcalloc(1, sizeof *b);
     mini_init(b);
     mini_session(b, "E", 0);
     mini_call(b, 0, -1, 640, 1001); /* 20 s */
@@ -781,7 +741,7 @@ static void case_end(void)
 /* Case 9: 20,000 lanes: O(1) work per call, no rescans. */
 static void case_scale(void)
 {
-    struct mini *b = xcalloc(1, sizeof *b);
+    struct mini_trace *b = xcalloc(1, sizeof *b);
     struct mp *m = xcalloc(1, sizeof *m);
     warm_tree(b, m);
     struct replay_config cfg;

@@ -19,25 +19,6 @@
 #include "traces/base/rng.h"
 
 
-/* A tiny trace built in memory. */
-struct mini_trace {
-    struct trace t;
-    struct trace_session s[16];
-    struct trace_call c[64];
-    uint64_t blk[64][64];
-    const char *strs[16];
-};
-
-static void mini_init(struct mini_trace *b)
-{
-    memset(b, 0, sizeof *b);
-    b->t.sessions = b->s;
-    b->t.calls = b->c;
-    b->t.strings = b->strs;
-    b->t.format = TRACE_FMT_AGENTX;
-    b->t.n_scopes = 1;
-}
-
 static uint32_t mini_session(struct mini_trace *b, const char *name, uint32_t parent, uint32_t fork_after,
                            int64_t fork_t, int64_t fork_gap, bool join)
 {
@@ -65,28 +46,6 @@ static uint32_t mini_session(struct mini_trace *b, const char *name, uint32_t pa
         *p = i;
     }
     return i;
-}
-
-/* Adds a call to the last session (calls go in session order). Its chain
- * is blocks 1..in/64 (so later calls extend earlier ones). */
-static void mini_call(struct mini_trace *b, int64_t t_ns, int64_t think_ns, int64_t in, int64_t out)
-{
-    uint32_t si = b->t.n_sessions - 1;
-    uint32_t i = b->t.n_calls++;
-    struct trace_call *c = &b->c[i];
-    c->t_ns = t_ns;
-    c->think_ns = think_ns;
-    c->api_ns = c->ttft_ns = -1;
-    c->prompt_tokens = in;
-    c->output_tokens = out;
-    c->session = si;
-    c->index = b->s[si].n_calls++;
-    c->model = c->stop = c->input_types = c->output_types = TRACE_NONE;
-    c->base = TRACE_NONE;
-    c->n_blocks = (uint32_t)(in / 64);
-    for (uint32_t k = 0; k < c->n_blocks; k++)
-        b->blk[i][k] = k + 1;
-    c->suffix = b->blk[i];
 }
 
 struct run {

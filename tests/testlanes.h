@@ -1,7 +1,8 @@
 /* testlanes.h: what the lane tests share (test_lanes.c, the agentx rules;
- * test_lanes_legacy.c, the legacy rules): requests.jsonl read back into
- * records, finding one, the fake target they run on, and the invariant
- * walk on every tick. Include after testhelp.h. */
+ * test_lanes_legacy.c, the legacy rules): a tiny trace built in memory,
+ * requests.jsonl read back into records, finding one, the fake target
+ * they run on, and the invariant walk on every tick. Include after
+ * testhelp.h. */
 #ifndef TESTLANES_H
 #define TESTLANES_H
 
@@ -11,6 +12,8 @@
 #include "engine/target.h"
 #include "replay/replay.h"
 #include "traces/base/err.h"
+
+#include "traces/trace.h"
 
 #define MS (1000000LL)
 #define S (1000000000LL)
@@ -85,6 +88,47 @@ static void tick_verify(void *arg, struct replay *r, int64_t now)
         verify_fails++;
         fprintf(stderr, "verify at %lld: %s\n", (long long)now, err);
     }
+}
+
+/* A tiny trace built in memory. */
+struct mini_trace {
+    struct trace t;
+    struct trace_session s[32];
+    struct trace_call c[256];
+    uint64_t blk[256][64];
+    const char *strs[32];
+};
+
+static void mini_init(struct mini_trace *b)
+{
+    memset(b, 0, sizeof *b);
+    b->t.sessions = b->s;
+    b->t.calls = b->c;
+    b->t.strings = b->strs;
+    b->t.format = TRACE_FMT_AGENTX;
+    b->t.n_scopes = 1;
+}
+
+/* A call of the last session: t, the recorded think time (the agentx
+ * tests keep their plan's delay there), in, out; its chain is blocks
+ * 1..in/64 (each call extends the one before). */
+static void mini_call(struct mini_trace *b, int64_t t_ns, int64_t delay_ns, int64_t in, int64_t out)
+{
+    uint32_t si = b->t.n_sessions - 1, i = b->t.n_calls++;
+    struct trace_call *c = &b->c[i];
+    c->t_ns = t_ns;
+    c->think_ns = delay_ns;
+    c->api_ns = c->ttft_ns = -1;
+    c->prompt_tokens = in;
+    c->output_tokens = out;
+    c->session = si;
+    c->index = b->s[si].n_calls++;
+    c->model = c->stop = c->input_types = c->output_types = TRACE_NONE;
+    c->base = TRACE_NONE;
+    c->n_blocks = (uint32_t)(in / 64);
+    for (uint32_t k = 0; k < c->n_blocks; k++)
+        b->blk[i][k] = k + 1;
+    c->suffix = b->blk[i];
 }
 
 #endif
