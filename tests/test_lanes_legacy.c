@@ -18,7 +18,8 @@
 #include "traces/base/mem.h"
 #include "traces/base/rng.h"
 
-
+/* A session: a root, or a subagent of `parent` forking after its call
+ * fork_after (fork time, gap after that call's end, join). */
 static uint32_t mini_session(struct mini_trace *b, const char *name, uint32_t parent, uint32_t fork_after,
                            int64_t fork_t, int64_t fork_gap, bool join)
 {
