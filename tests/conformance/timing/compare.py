@@ -31,7 +31,10 @@ Checks (exit 1 when one fails):
            every request, which also carry the drift of the service times
            before them, are reported beside it;
   metrics  P90 interactivity, P90 TTFT and tok/s/GPU within --tol (load
-           against AIPerf, and sim against load).
+           against AIPerf, and sim against load);
+  hit      the theoretical prefix-cache hit rate over the measured
+           requests: AIPerf's (its aggregate's theoretical_prefix_cache_hit)
+           and load's run.json within 0.01.
 """
 import argparse
 import json
@@ -220,6 +223,14 @@ def main():
         for k in ("p90_interactivity", "p90_ttft_ms", "tok_s_gpu"):
             check("sim_vs_load_" + k, rel(fs[k], fl[k]) <= a.tol,
                   f"{k}: load {fl[k]:.4g}, sim {fs[k]:.4g} ({100 * rel(fs[k], fl[k]):.1f} %)")
+    agg = os.path.join(a.dir, "aiperf", "profile_export_aiperf.json")
+    if os.path.exists(agg):
+        th = json.load(open(agg)).get("theoretical_prefix_cache_hit") or {}
+        ha = th.get("avg", float("nan")) / 100.0
+        hl = ld_run["metrics"].get("prefix_hit_rate_theoretical_measured", float("nan"))
+        res["hit_theoretical"] = {"aiperf": ha, "load": hl}
+        check("hit_theoretical", abs(ha - hl) <= 0.01, info=a.range,
+              what=f"theoretical hit over the measured requests: AIPerf {ha:.4f}, load {hl:.4f}")
     res["ok"] = not fails
     if a.json:
         with open(a.json, "w") as f:
