@@ -211,6 +211,15 @@ def main():
     check("dispatch_offset", med <= a.offset_ms, info=a.range,
           what=f"median |dispatch offset difference| {med:.1f} ms over {len(d)} paired requests "
           f"(from the end of the warm-up: {med_abs:.0f} ms)")
+    # How late each client sent after deciding to (its own lag: a stalled
+    # client or machine shows here, and its figures are then not the rules').
+    for name, rs in (("aiperf", ax), ("load", ld)):
+        lag = sorted((r["start"] - r["issued"]) / 1e6 for r in rs if r["phase"] == "measured")
+        res.setdefault("send_lag_ms", {})[name] = {"p50": pct(lag, 0.5), "p90": pct(lag, 0.9),
+                                                    "max": lag[-1] if lag else float("nan")}
+        check("send_lag_" + name, True, info=True,
+              what=f"{name} sent {pct(lag, 0.5):.0f} ms (median), {pct(lag, 0.9):.0f} ms (P90), "
+                   f"{lag[-1] if lag else float('nan'):.0f} ms (max) after its dispatch decision")
     # Metrics.
     fa, fl = figures(ax, a.gpus), figures(ld, a.gpus)
     res["aiperf"], res["load"] = fa, fl
