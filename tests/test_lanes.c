@@ -7,7 +7,8 @@
  * context overflow, recycling from one cursor with a fresh marker and the
  * shared system prefix, the warm-up phase, a failed root warm-up, the
  * duration counted from the warm-up's end with its grace, validity, the
- * theoretical hit rate, --requests, no progress, and 20,000 lanes. */
+ * theoretical hit rate, --requests, no progress, 20,000 lanes, and the
+ * shiftable timer queue. */
 #include <jansson.h>
 #include <time.h>
 
@@ -17,6 +18,7 @@
 #include "tests/testlanes.h"
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
+#include "replay/timerq.h"
 #include "traces/plan.h"
 
 
@@ -758,8 +760,46 @@ static void case_scale(void)
     free(b);
 }
 
+/* Case 10: the shiftable queue (the LoopScheduler's pending timers,
+ * common/loop_scheduler.py cap_pending_delay): a shift moves every pending
+ * timer by one amount, keeps their order, ties in arming order. */
+static int64_t fired_at[8];
+static int fired_id[8], n_fired, batches;
+static void tq_cb(struct loop *l, struct loop_timer *t)
+{
+    fired_at[n_fired] = loop_now(l);
+    fired_id[n_fired++] = (int)(intptr_t)t->arg;
+}
+static void tq_after(void *arg) { batches++; }
+
+static void case_timerq(void)
+{
+    struct loop *l = loop_virtual_create();
+    struct timerq q;
+    timerq_init(&q, l, tq_after, NULL);
+    struct loop_timer t[4] = {{0}};
+    timerq_at(&q, &t[0], 20 * S, tq_cb, (void *)(intptr_t)0);
+    timerq_at(&q, &t[1], 10 * S, tq_cb, (void *)(intptr_t)1);
+    timerq_at(&q, &t[2], 20 * S, tq_cb, (void *)(intptr_t)2);
+    timerq_at(&q, &t[3], 30 * S, tq_cb, (void *)(intptr_t)3);
+    timerq_shift(&q, 5 * S);
+    CHECK(timerq_next(&q) == 5 * S && timerq_when(&q, &t[3]) == 25 * S && timerq_verify(&q) == 0,
+          "timerq: a shift moves every pending timer");
+    timerq_cancel(&q, &t[3]);
+    loop_run(l);
+    CHECK(n_fired == 3 && fired_id[0] == 1 && fired_id[1] == 0 && fired_id[2] == 2 &&
+              fired_at[0] == 5 * S && fired_at[1] == 15 * S && fired_at[2] == 15 * S && batches == 2,
+          "timerq: in time order, ties in arming order, one batch per moment, the cancelled one not");
+    timerq_at(&q, &t[0], 50 * S, tq_cb, NULL);
+    timerq_clear(&q, NULL);
+    CHECK(timerq_pending(&q) == 0 && !loop_timer_armed(&q.fire), "timerq: cleared");
+    timerq_free(&q);
+    loop_destroy(l);
+}
+
 int main(void)
 {
+    case_timerq();
     case_delays();
     case_idle_cap();
     case_joins();
