@@ -13,6 +13,7 @@
 
 #include "engine/accept.h"
 #include "engine/cost.h"
+#include "engine/cost_internal.h"
 #include "engine/fidelity.h"
 #include "tests/testhelp.h"
 #include "traces/base/err.h"
@@ -662,6 +663,73 @@ static void test_memo(void)
     cost_destroy(c);
 }
 
+/* The kernel tables as the cost model applies them: resolved per path and
+ * slot at creation (the specialized path keeps its flat values), the
+ * grouped slot at the model's expert shard, the MLA verification table
+ * where a sequence carries several positions, the measured all-reduce
+ * table on the standard path only. */
+static void test_tables(void)
+{
+    struct cost_model *a = mk(&kimi, &gb300, 16, ENGINE_BACKEND_AUTO);
+    struct cost_model *h = mk(&llama, &h200, 8, ENGINE_BACKEND_AUTO);
+    if (!a || !h)
+        return;
+    CHECK(a->tab[PATH_STANDARD][SLOT_GEMM16] == &a->g.kt[0][KT_GEMM_BF16] &&
+              a->tab[PATH_SPECIALIZED][SLOT_GEMM16] == NULL &&
+              a->tab[PATH_STANDARD][SLOT_ATTN_MLA] == &a->g.kt[0][KT_ATTENTION_MLA] &&
+              a->tab[PATH_STANDARD][SLOT_ATTN_KDA] == NULL,
+          "slots resolved to the most specific table; specialized path flat");
+    double e, x;
+    kt_lookup(&gb300.kt[0][KT_GROUPED], 3 * 3584 * 3072 / 16 * (0.5 + 1.0 / 32) / 1e6, &e, &x);
+    CHECK_NEAR(a->flat_bw[PATH_STANDARD][SLOT_GROUPED], 8e12 * e, 1e-9,
+               "grouped slot at the K3 TP16 expert shard (3 x 3584 x 192 x 0.53 B = 1.10 MB)");
+    CHECK_NEAR(e, 0.406, 0.01, "0.41 there (GB300 FlashInfer TRT-LLM-gen w4a16)");
+    CHECK(a->flat_bw[PATH_SPECIALIZED][SLOT_GROUPED] == 8e12 * gb300.eff_grouped,
+          "specialized grouped keeps the flat efficiency");
+    /* MLA attention at one and at eight positions, batch 1, 100k context. */
+    struct cost_batch b1 = {.n_decode = 1, .decode_positions = 1, .sum_ctx = 100000};
+    struct cost_batch b8 = {.n_decode = 1, .decode_positions = 8, .draft = 7, .sum_ctx = 100000};
+    struct cost_kernel_time kt[128];
+    double t1 = 0, t8 = 0;
+    int n = cost_breakdown(a, &b1, kt, 128);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(kt[i].name, "mla_attention"))
+            t1 = kt[i].ns;
+    n = cost_breakdown(a, &b8, kt, 128);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(kt[i].name, "mla_attention"))
+            t8 = kt[i].ns;
+    double kv = 100000.0 * 576;
+    kt_lookup(&gb300.kt[0][KT_ATTENTION_MLA], 1, &e, &x);
+    CHECK(t1 > kv / (8e12 * e) * 1e9 && t1 < kv / (8e12 * e) * 1e9 + 3000,
+          "one position: the q=1 table (KV bytes / (8 TB/s x 0.31) + floor)");
+    kt_lookup(&gb300.kt[0][KT_ATTENTION_MLA_VERIFY], 1, &e, &x);
+    CHECK(t8 > kv / (8e12 * e) * 1e9 && t8 < kv / (8e12 * e) * 1e9 + 5000,
+          "eight positions: the verification table (0.095)");
+    /* All-reduce: measured table on the standard path at its rank count;
+     * the specialized path's fused one-shot keeps the preset figures. */
+    const struct ar_table *t = h->art[0];
+    CHECK(t && t->ranks == 8, "h200 TP8: the 8-rank one-shot table");
+    if (t) {
+        for (int i = 0; i < t->n; i++)
+            CHECKF(fabs(cost_allreduce_ns(h, t->bytes[i], false) - t->ns[i]) < 1e-6,
+                   "table point %d exact", i);
+        double mid = sqrt(t->bytes[3] * t->bytes[4]);
+        CHECK_NEAR(cost_allreduce_ns(h, mid, false), (t->ns[3] + t->ns[4]) / 2, 1e-9,
+                   "log-linear between points");
+        double big = t->bytes[t->n - 1] * 2;
+        CHECK_NEAR(cost_allreduce_ns(h, big, false),
+                   t->ns[t->n - 1] + t->bytes[t->n - 1] * 2.0 * 7 / 8 / h200.link_bw * 1e9, 1e-9,
+                   "beyond the last point: the transfer at link bandwidth");
+        CHECK(cost_allreduce_ns(h, 100, false) == t->ns[0], "flat below");
+    }
+    CHECK(cost_allreduce_ns(h, 16384, true) == h200.ar_oneshot_ns, "fused: the preset figure");
+    CHECK(a->art[0] == NULL && a->art[2] == NULL && cost_allreduce_ns(a, 16384, false) == 13000,
+          "GB300 TP16: no 16-rank table, multimem 13 us");
+    cost_destroy(a);
+    cost_destroy(h);
+}
+
 int main(void)
 {
     char err[ERR_LEN] = "";
@@ -673,6 +741,7 @@ int main(void)
         return test_report();
     }
     test_calibration_point();
+    test_tables();
     test_bandwidth_floor_and_determinism();
     test_monotone();
     test_fallback();
