@@ -54,6 +54,16 @@ int decode_setup_run(const struct decode_opts *o, struct decode_setup *s,
                            o->spec ? s->accept_len : 0, r, err);
 }
 
+int decode_measure(const struct decode_opts *o, struct decode_setup *s,
+                   struct cost_decode_run *r, char *err)
+{
+    int rc = decode_setup_open(o, s, err);
+    if (!rc)
+        rc = decode_setup_run(o, s, r, err);
+    decode_setup_close(s);
+    return rc;
+}
+
 void decode_opts_defaults(struct decode_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -104,11 +114,7 @@ static int fid_row(struct fidelity_row *row, const char *setup, const char *gpu,
     }
     struct decode_setup s;
     struct cost_decode_run r;
-    int rc = decode_setup_open(&o, &s, err);
-    if (!rc)
-        rc = decode_setup_run(&o, &s, &r, err);
-    decode_setup_close(&s);
-    if (rc)
+    if (decode_measure(&o, &s, &r, err))
         return -1;
     memset(row, 0, sizeof *row);
     snprintf(row->setup, sizeof row->setup, "%s", setup);

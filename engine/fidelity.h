@@ -47,6 +47,9 @@ int decode_setup_open(const struct decode_opts *o, struct decode_setup *s, char 
 void decode_setup_close(struct decode_setup *s);
 int decode_setup_run(const struct decode_opts *o, struct decode_setup *s,
                      struct cost_decode_run *r, char *err);
+/* Open, run and close in one (the presets stay in *s; s->c is closed). */
+int decode_measure(const struct decode_opts *o, struct decode_setup *s,
+                   struct cost_decode_run *r, char *err);
 /* The decode step the per-kernel breakdown shows: mid-run context. */
 void decode_breakdown_batch(const struct decode_opts *o, const struct decode_setup *s,
                             struct cost_batch *b);

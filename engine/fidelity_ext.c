@@ -328,11 +328,7 @@ static int ext_predict_row(struct ext_row *x, char *err)
     o.osl = x->osl;
     struct decode_setup s;
     struct cost_decode_run r;
-    int rc = decode_setup_open(&o, &s, err);
-    if (!rc)
-        rc = decode_setup_run(&o, &s, &r, err);
-    decode_setup_close(&s);
-    if (rc)
+    if (decode_measure(&o, &s, &r, err))
         return -1;
     x->predicted = x->metric == EXT_DECODE_TOK_S ? r.decode_tok_s : r.decode_tok_s / o.batch;
     return 0;

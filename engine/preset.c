@@ -404,6 +404,41 @@ static int jpoint(struct pctx *c, json_t *v, const char *path, int n, int n_opt,
     return 0;
 }
 
+/* Index of s in names[0..n), or -1. */
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
+
+/* Every table cites its source: o.source a non-empty string. */
+static int need_source(struct pctx *c, json_t *o, const char *path)
+{
+    char p[192];
+    snprintf(p, sizeof p, "%s.source", path);
+    json_t *sv = json_object_get(o, "source");
+    if (!json_is_string(sv) || json_string_length(sv) == 0)
+        return pfail_s(c, p, "missing (every table cites its source)");
+    return 0;
+}
+
+/* o.points: an array of 1..max points; NULL (c failed) otherwise. */
+static json_t *points_of(struct pctx *c, json_t *o, const char *path, int max)
+{
+    char p[192];
+    snprintf(p, sizeof p, "%s.points", path);
+    json_t *pts = json_object_get(o, "points");
+    if (!json_is_array(pts) || json_array_size(pts) < 1 || json_array_size(pts) > (size_t)max) {
+        char what[64];
+        snprintf(what, sizeof what, "must be an array of 1..%d points", max);
+        pfail_s(c, p, what);
+        return NULL;
+    }
+    return pts;
+}
+
 /* One kernel table: {"key": K, "points": [[x, eff, extra_us], ...],
  * "source": "..."}; keys strictly increasing and positive, efficiencies in
  * (0, 1], extra time in [-1000, 1000] us. */
@@ -414,36 +449,19 @@ static void parse_kt(struct pctx *c, json_t *v, const char *path, struct kt_tabl
         pfail_s(c, path, "must be an object {key, points, source}");
         return;
     }
-    char key[32] = "";
-    snprintf(p, sizeof p, "%s.source", path);
-    json_t *sv = json_object_get(v, "source");
-    if (!json_is_string(sv) || json_string_length(sv) == 0) {
-        pfail_s(c, p, "missing (every table cites its source)");
+    if (need_source(c, v, path))
         return;
-    }
     snprintf(p, sizeof p, "%s.key", path);
     json_t *kv = json_object_get(v, "key");
-    if (!json_is_string(kv) || json_string_length(kv) >= sizeof key) {
-        pfail_s(c, p, "must be \"tokens\", \"seqs\" or \"expert_shard_mb\"");
-        return;
-    }
-    snprintf(key, sizeof key, "%s", json_string_value(kv));
-    t->key = -1;
-    for (int k = 0; k <= KT_KEY_SHARD_MB; k++)
-        if (!strcmp(key, kt_key_names[k]))
-            t->key = k;
+    t->key = json_is_string(kv) ? name_index(json_string_value(kv), kt_key_names, 3) : -1;
     if (t->key < 0) {
         pfail_s(c, p, "must be \"tokens\", \"seqs\" or \"expert_shard_mb\"");
         return;
     }
-    snprintf(p, sizeof p, "%s.points", path);
-    json_t *pts = json_object_get(v, "points");
-    if (!json_is_array(pts) || json_array_size(pts) < 1 || json_array_size(pts) > KT_MAX_POINTS) {
-        char what[64];
-        snprintf(what, sizeof what, "must be an array of 1..%d points", KT_MAX_POINTS);
-        pfail_s(c, p, what);
+    json_t *pts = points_of(c, v, path, KT_MAX_POINTS);
+    if (!pts)
         return;
-    }
+    snprintf(p, sizeof p, "%s.points", path);
     size_t i;
     json_t *pt;
     json_array_foreach(pts, i, pt) {
@@ -485,10 +503,7 @@ static void parse_kernel_tables(struct pctx *c, json_t *root, struct gpu_preset 
     json_object_foreach(kt, pname, pv) {
         char p[96];
         snprintf(p, sizeof p, "kernel_tables.%.40s", pname);
-        int path = -1;
-        for (int k = 0; k < KT_PATHS; k++)
-            if (!strcmp(pname, kt_path_names[k]))
-                path = k;
+        int path = name_index(pname, kt_path_names, KT_PATHS);
         if (path < 0) {
             pfail_s(c, p, "unknown path (auto, latency_specialized)");
             return;
@@ -502,10 +517,7 @@ static void parse_kernel_tables(struct pctx *c, json_t *root, struct gpu_preset 
         json_object_foreach(pv, cname, cv) {
             char pc[144];
             snprintf(pc, sizeof pc, "%s.%.40s", p, cname);
-            int cls = -1;
-            for (int k = 0; k < KT_CLASS_COUNT; k++)
-                if (!strcmp(cname, kt_class_names[k]))
-                    cls = k;
+            int cls = name_index(cname, kt_class_names, KT_CLASS_COUNT);
             if (cls < 0) {
                 pfail_s(c, pc, "unknown kernel class");
                 return;
@@ -539,10 +551,7 @@ static void parse_ar_tables(struct pctx *c, json_t *root, struct gpu_preset *g)
     json_object_foreach(at, kname, kv) {
         char p[96];
         snprintf(p, sizeof p, "allreduce_tables.%.40s", kname);
-        int kind = -1;
-        for (int k = 0; k < AR_TABLE_KINDS; k++)
-            if (!strcmp(kname, ar_kind_names[k]))
-                kind = k;
+        int kind = name_index(kname, ar_kind_names, AR_TABLE_KINDS);
         if (kind < 0) {
             pfail_s(c, p, "unknown all-reduce (oneshot, library)");
             return;
@@ -564,27 +573,17 @@ static void parse_ar_tables(struct pctx *c, json_t *root, struct gpu_preset *g)
                 pfail_s(c, pe, "must be an object {ranks, points, source}");
                 return;
             }
-            snprintf(pp, sizeof pp, "%s.source", pe);
-            json_t *sv = json_object_get(e, "source");
-            if (!json_is_string(sv) || json_string_length(sv) == 0) {
-                pfail_s(c, pp, "missing (every table cites its source)");
+            if (need_source(c, e, pe))
                 return;
-            }
             snprintf(pp, sizeof pp, "%s.ranks", pe);
             t->ranks = jint(c, e, "ranks", 2, 1 << 16, true, 2);
             for (size_t j = 0; !c->failed && j < i; j++)
                 if (g->ar[kind][j].ranks == t->ranks)
                     pfail(c, pp, "rank count listed twice", t->ranks, NULL);
-            snprintf(pp, sizeof pp, "%s.points", pe);
-            json_t *pts = json_object_get(e, "points");
-            if (!c->failed && (!json_is_array(pts) || json_array_size(pts) < 1 ||
-                               json_array_size(pts) > AR_MAX_POINTS)) {
-                char what[64];
-                snprintf(what, sizeof what, "must be an array of 1..%d points", AR_MAX_POINTS);
-                pfail_s(c, pp, what);
-            }
-            if (c->failed)
+            json_t *pts = c->failed ? NULL : points_of(c, e, pe, AR_MAX_POINTS);
+            if (!pts)
                 return;
+            snprintf(pp, sizeof pp, "%s.points", pe);
             size_t j;
             json_t *pt;
             json_array_foreach(pts, j, pt) {

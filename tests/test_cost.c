@@ -426,6 +426,9 @@ static void test_commands(void)
         {"bench-decode --tp 5 --gpus 5", "tp 5"},
         {"bench-decode --backend fast", "fast"},
         {"fidelity --bogus", "bogus"},
+        {"fidelity --external --sensitivity", "one at a time"},
+        {"fidelity --table /nonexistent.json", "--table"},
+        {"fidelity --external --table /nonexistent.json", "nonexistent"},
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         int rc = run_cmd(bad[i].args, out, sizeof out);
@@ -437,6 +440,24 @@ static void test_commands(void)
           "fidelity prints the setups");
     CHECK(run_cmd("fidelity --json", out, sizeof out) == 0 && strstr(out, "\"predicted_tok_s\""),
           "fidelity --json");
+    /* fidelity --external and --sensitivity (engine/fidelity_ext.c,
+     * fidelity_sens.c; their data: tests/test_fidelity.c). */
+    static char eout[1 << 17], eout2[1 << 17];
+    CHECK(run_cmd("fidelity --external", eout, sizeof eout) == 0, "fidelity --external runs");
+    CHECK(strstr(eout, "S1-653") && strstr(eout, "median |error|") && strstr(eout, "worst") &&
+              strstr(eout, "Efficiency sources") && strstr(eout, "not modelled"),
+          "--external prints rows, median and worst, the kept and the source rows");
+    CHECK(run_cmd("fidelity --external --json", eout, sizeof eout) == 0 &&
+              strstr(eout, "\"median_abs_error\"") && strstr(eout, "\"efficiency_source\""),
+          "--external --json");
+    run_cmd("fidelity --external --json", eout2, sizeof eout2);
+    CHECK(!strcmp(eout, eout2), "--external output byte-identical");
+    CHECK(run_cmd("fidelity", eout, sizeof eout) == 0 && strstr(eout, "verification step"),
+          "fidelity prints the per-layer view at verification");
+    CHECK(run_cmd("fidelity --sensitivity --json", eout, sizeof eout) == 0 &&
+              strstr(eout, "\"variants\"") && strstr(eout, "\"grouped-spec-low\"") &&
+              strstr(eout, "\"ratio\""),
+          "--sensitivity --json runs every variant");
 }
 
 static void test_fidelity_data(void)

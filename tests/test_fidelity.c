@@ -6,14 +6,13 @@
  * serving prediction deterministic and at concurrency 1 equal to the
  * fixed-batch decode; hostile tables refused; the sensitivity variants
  * written and re-fitted to the calibration point; GB200 and GB300 within
- * the measured 3 %; the per-layer view at the verification step; the
- * commands end to end. */
+ * the measured 3 %; the per-layer view at the verification step
+ * (fidelity --external and --sensitivity end to end: test_cost.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/cost.h"
@@ -148,9 +147,7 @@ static void test_serve(void)
     o.osl = 256;
     struct decode_setup s;
     struct cost_decode_run r;
-    CHECKF(decode_setup_open(&o, &s, err) == 0 && decode_setup_run(&o, &s, &r, err) == 0,
-           "bench-decode: %s", err);
-    decode_setup_close(&s);
+    CHECKF(decode_measure(&o, &s, &r, err) == 0, "bench-decode: %s", err);
     CHECK_NEAR(a.tpot_ms, r.step_us / 1e3, 0.01, "concurrency 1 TPOT = the fixed-batch decode step");
     CHECK(fidelity_serve(&ec, 16, 1024, 256, &a, err) == 0 &&
               fidelity_serve(&ec, 16, 1024, 256, &b, err) == 0 && memcmp(&a, &b, sizeof a) == 0,
@@ -250,53 +247,6 @@ static void test_verify_layer(void)
           "fused faster than standard; both slower than at one position");
 }
 
-static int run_cmd(const char *args, char *out, size_t n)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", test_bin(), args);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t k = fread(out, 1, n - 1, p);
-    out[k] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void test_commands(void)
-{
-    if (access(test_bin(), X_OK) != 0) {
-        SKIP("agentreplay binary not built");
-        return;
-    }
-    static char out[1 << 17], out2[1 << 17];
-    CHECK(run_cmd("fidelity --external", out, sizeof out) == 0, "fidelity --external runs");
-    CHECK(strstr(out, "S1-653") && strstr(out, "median |error|") && strstr(out, "worst") &&
-              strstr(out, "Efficiency sources") && strstr(out, "not modelled"),
-          "--external prints rows, median and worst, the kept and the source rows");
-    CHECK(run_cmd("fidelity --external --json", out, sizeof out) == 0 &&
-              strstr(out, "\"median_abs_error\"") && strstr(out, "\"efficiency_source\""),
-          "--external --json");
-    run_cmd("fidelity --external --json", out2, sizeof out2);
-    CHECK(!strcmp(out, out2), "--external output byte-identical");
-    CHECK(run_cmd("fidelity", out, sizeof out) == 0 && strstr(out, "verification step"),
-          "fidelity prints the per-layer view at verification");
-    CHECK(run_cmd("fidelity --sensitivity --json", out, sizeof out) == 0 &&
-              strstr(out, "\"variants\"") && strstr(out, "\"grouped-spec-low\"") &&
-              strstr(out, "\"ratio\""),
-          "--sensitivity --json runs every variant");
-    struct { const char *args, *want; } bad[] = {
-        {"fidelity --external --sensitivity", "one at a time"},
-        {"fidelity --table /nonexistent.json", "--table"},
-        {"fidelity --external --table /nonexistent.json", "nonexistent"},
-    };
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-        int rc = run_cmd(bad[i].args, out, sizeof out);
-        CHECKF(rc == 2 && strstr(out, bad[i].want), "'%s' exits 2 naming '%s' (rc %d: %.200s)",
-               bad[i].args, bad[i].want, rc, out);
-    }
-}
-
 int main(void)
 {
     test_external_table();
@@ -305,6 +255,5 @@ int main(void)
     test_sensitivity_variants();
     test_gb200_gb300();
     test_verify_layer();
-    test_commands();
     return test_report();
 }

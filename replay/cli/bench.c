@@ -21,6 +21,15 @@
 #define BENCH_SCHEMA_VERSION 1
 
 
+/* Prints j (indented, keys in order) and drops it. */
+static void print_json(json_t *j)
+{
+    char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    puts(txt);
+    free(txt);
+    json_decref(j);
+}
+
 struct bench_opts {
     struct decode_opts d;
     bool breakdown, json;
@@ -156,10 +165,7 @@ static int fidelity_external(const struct fidelity_opts *o)
                                       st.median, "worst_abs_error", st.worst, "worst_row",
                                       st.validation ? rows[st.worst_row].id : "", "within_band",
                                       st.within, "known_misses", st.known_misses));
-        char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-        puts(txt);
-        free(txt);
-        json_decref(j);
+        print_json(j);
         free(rows);
         return EXIT_OK;
     }
@@ -276,10 +282,7 @@ int engine_cmd_bench_decode(int argc, char **argv)
             json_object_set_new(j, "breakdown_context", json_integer(o.d.isl + o.d.osl / 2));
             json_object_set_new(j, "breakdown", bd);
         }
-        char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-        puts(txt);
-        free(txt);
-        json_decref(j);
+        print_json(j);
     } else {
         printf("bench-decode: %s on %d x %s, TP%d (%d replicas), backend %s\n", s.m.name,
                o.d.gpus, s.g.name, o.d.tp, o.d.gpus / o.d.tp, engine_backend_name(o.d.backend));
@@ -411,10 +414,7 @@ static int fidelity_sensitivity(bool json)
             json_array_append_new(arr, e);
         }
         json_object_set_new(j, "variants", arr);
-        char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-        puts(txt);
-        free(txt);
-        json_decref(j);
+        print_json(j);
     } else {
         printf("Sensitivity of the main job's headline: P90 interactivity, latency_specialized /\n"
                "auto, Kimi K3 on 16 x GB300 TP16, built-in trace, DSpark draft 7, 960 s per\n"
@@ -505,10 +505,7 @@ int engine_cmd_fidelity(int argc, char **argv)
             json_array_append_new(arr, e);
         }
         json_object_set_new(j, "rows", arr);
-        char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-        puts(txt);
-        free(txt);
-        json_decref(j);
+        print_json(j);
         return EXIT_OK;
     }
     printf("Fidelity: Kimi K3, aggregate decode tok/s (metrics.md), isl 1, osl 1000.\n"
