@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/clock/loop.h"
 #include "engine/engine.h"
@@ -283,6 +284,10 @@ out:
     return rc;
 }
 
+/* A table is a few hundred rows of text: 4 MiB is far more than one needs
+ * and little enough to read whole. */
+#define EXT_MAX_BYTES (4 << 20)
+
 int ext_rows_load(const char *path, struct ext_row **rows, int *n, char *err)
 {
     char buf[4096];
@@ -291,6 +296,10 @@ int ext_rows_load(const char *path, struct ext_row **rows, int *n, char *err)
             return err_set(err, "no %s found", EXT_FILE);
         path = buf;
     }
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > EXT_MAX_BYTES)
+        return err_set(err, "%s: %lld bytes, more than the %d a table may have", path,
+                       (long long)sb.st_size, EXT_MAX_BYTES);
     size_t len;
     char *text = file_read(path, &len, err);
     if (!text)

@@ -17,6 +17,7 @@
 
 #include "engine/cost.h"
 #include "engine/fidelity.h"
+#include "tests/testcaps.h"
 #include "tests/testhelp.h"
 #include "traces/base/err.h"
 
@@ -122,6 +123,14 @@ static void test_external_bad(void)
               strstr(err, "format"),
           "wrong format refused");
     CHECK(ext_rows_parse("{", 1, "t", &r, &n, err) != 0 && strstr(err, "t:1:"), "bad JSON located");
+    /* A file larger than a table may be is refused before it is read. */
+    char path[] = "/tmp/agentreplay-test-ext-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && ftruncate(fd, 5 << 20) == 0, "a 5 MiB file");
+    if (fd >= 0)
+        close(fd);
+    CHECK(ext_rows_load(path, &r, &n, err) != 0 && strstr(err, "more than"), "oversized table refused");
+    unlink(path);
 }
 
 /* The closed-loop serving prediction: deterministic; at concurrency 1 (no
@@ -249,6 +258,7 @@ static void test_verify_layer(void)
 
 int main(void)
 {
+    test_caps(600);
     test_external_table();
     test_external_bad();
     test_serve();

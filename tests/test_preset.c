@@ -3,8 +3,10 @@
  * are refused with a message naming the file, the field and the problem. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/preset.h"
+#include "tests/testcaps.h"
 #include "tests/testhelp.h"
 #include "traces/base/err.h"
 #include "traces/base/file.h"
@@ -299,6 +301,7 @@ static void test_bad(void)
 
 int main(void)
 {
+    test_caps(600);
     test_models();
     test_gpus();
     test_bad();

@@ -371,6 +371,7 @@ static int fidelity_sensitivity(bool json)
     struct sens_fit *fit = calloc((size_t)nv, sizeof *fit);
     for (int v = 0; v < nv && rc == EXIT_OK; v++) {
         if (sens_variant_write(v, dir, &fit[v], err)) {
+            unlink(fit[v].path);
             rc = EXIT_FAIL;
             break;
         }
