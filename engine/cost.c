@@ -176,24 +176,28 @@ void cost_make_shape(const struct cost_model *c, const struct cost_batch *b,
     s->experts = model_experts_touched(&c->m, s->M);
     s->draft = b->draft > 0 ? b->draft : 0;
     memcpy(s->bw, c->flat_bw, sizeof s->bw);
-    memcpy(s->extra_ns, c->flat_extra_ns, sizeof s->extra_ns);
-    if (!c->any_table)
-        return;
+    double extra[PATH_COUNT][N_SLOTS];
+    memcpy(extra, c->flat_extra_ns, sizeof extra);
     /* The kernel tables at this step's keys: tokens through the layer, or
      * decoding sequences (at least 1); MLA verification where a sequence
      * carries several positions. */
     double key[2] = {s->M > 1 ? s->M : 1, s->n_dec >= 1 ? s->n_dec : s->n_seq >= 1 ? s->n_seq : 1};
-    for (int p = 0; p < PATH_COUNT; p++)
+    for (int p = 0; c->any_table && p < PATH_COUNT; p++)
         for (int k = 0; k < N_SLOTS; k++) {
             const struct kt_table *t = c->tab[p][k];
             if (k == SLOT_ATTN_MLA && s->P > 1 && c->tab_mla_verify[p])
                 t = c->tab_mla_verify[p];
             if (!t || t->key == KT_KEY_SHARD_MB)
                 continue;
-            double eff, extra;
-            kt_lookup(t, key[t->key == KT_KEY_SEQS], &eff, &extra);
+            double eff;
+            kt_lookup(t, key[t->key == KT_KEY_SEQS], &eff, &extra[p][k]);
             s->bw[p][k] = c->g.hbm_bw * eff;
-            s->extra_ns[p][k] = extra;
+        }
+    /* A kernel with a floor pays floor + extra, never below 0. */
+    for (int p = 0; p < PATH_COUNT; p++)
+        for (int k = 0; k < N_SLOTS; k++) {
+            double f = c->floor_ns + extra[p][k];
+            s->fixed_ns[p][k] = f > 0 ? f : 0;
         }
 }
 
@@ -439,6 +443,7 @@ struct cost_model *cost_create(const struct model_preset *m,
                       (tp == 8 || tp == 16) && tp <= g->nvlink_domain;
     for (int i = 0; i < m->n_layers; i++)
         c->n_variant[m->layer_kind[i]][m->layer_moe[i] ? 1 : 0]++;
+    cost_kern_slots(c);
     if (calibration_path && *calibration_path) {
         size_t len;
         char *text = file_read(calibration_path, &len, err);

@@ -146,6 +146,11 @@ struct cost_model {
     const struct kt_table *tab_mla_verify[PATH_COUNT];
     double flat_bw[PATH_COUNT][N_SLOTS], flat_extra_ns[PATH_COUNT][N_SLOTS];
     bool any_table;
+    /* The slot of each kernel by path and scope (a layer kind, or the step;
+     * a kernel's class and precision are fixed by the model), found once at
+     * creation so that pricing a list costs one load per kernel. */
+    uint8_t kslot[PATH_COUNT][N_SCOPES][K_COUNT];
+    bool kslot_ready;
     /* Measured all-reduce tables at this tp (NULL: the two-point figures). */
     const struct ar_table *art[3];
     /* The majority variant (MoE or dense) of each layer kind, and how many
@@ -164,8 +169,9 @@ struct shape {
     double experts;  /* distinct routed experts touched */
     double draft;
     /* Per path and slot, from the kernel tables at this step's keys: the
-     * achieved bandwidth (bytes/s) and the extra fixed time (ns). */
-    double bw[PATH_COUNT][N_SLOTS], extra_ns[PATH_COUNT][N_SLOTS];
+     * achieved bandwidth (bytes/s), and the fixed time of a kernel with a
+     * floor (the floor plus the table's extra time, at least 0; ns). */
+    double bw[PATH_COUNT][N_SLOTS], fixed_ns[PATH_COUNT][N_SLOTS];
 };
 
 /* ---- kernel lists (cost_kernels.c) ---- */
@@ -213,6 +219,10 @@ double cost_drafter_ns(const struct cost_model *c, const struct shape *s);
  * the step's kernels with kind SCOPE_STEP) from the shape's slot values. */
 void cost_kern_rates(const struct cost_model *c, int path, int kind, const struct shape *s,
                      struct kern *k, int from, int n);
+/* Fills c->kslot (cost_create, once the tables are resolved). FFN kernels
+ * are found under scope LAYER_KIND_COUNT with the step's (their ids are
+ * distinct). */
+void cost_kern_slots(struct cost_model *c);
 
 /* kern_ns() for a model without calibration: the same arithmetic. */
 static inline double kern_ns_nocal(const struct cost_model *c, const struct kern *x)

@@ -131,12 +131,46 @@ static int kern_slot(const struct cost_model *c, const struct kern *x, int kind)
 void cost_kern_rates(const struct cost_model *c, int path, int kind, const struct shape *s,
                      struct kern *k, int from, int n)
 {
-    for (int i = from; i < n; i++) {
-        int slot = kern_slot(c, &k[i], kind);
-        k[i].bw = s->bw[path][slot];
-        double f = k[i].flags & KF_NOFLOOR ? 0 : c->floor_ns + s->extra_ns[path][slot];
-        k[i].fixed_ns = f > 0 ? f : 0;
+    const double *bw = s->bw[path], *fx = s->fixed_ns[path];
+    if (__builtin_expect(!c->kslot_ready, 0)) {
+        for (int i = from; i < n; i++) {
+            int slot = kern_slot(c, &k[i], kind);
+            k[i].bw = bw[slot];
+            k[i].fixed_ns = k[i].flags & KF_NOFLOOR ? 0 : fx[slot];
+        }
+        return;
     }
+    const uint8_t *ks = c->kslot[path][kind];
+    for (int i = from; i < n; i++) {
+        int slot = ks[k[i].id];
+        k[i].bw = bw[slot];
+        k[i].fixed_ns = k[i].flags & KF_NOFLOOR ? 0 : fx[slot];
+    }
+}
+
+void cost_kern_slots(struct cost_model *c)
+{
+    struct cost_batch b = {.n_decode = 1, .decode_positions = 1};
+    struct shape s;
+    cost_make_shape(c, &b, &s);
+    struct kern k[MAX_KERNELS];
+    memset(c->kslot, SLOT_ELEM, sizeof c->kslot);
+    for (int p = 0; p < PATH_COUNT; p++) {
+        for (int kind = 0; kind < LAYER_KIND_COUNT; kind++)
+            for (int moe = 0; moe < 2; moe++) {
+                int n = cost_attn_kernels(c, p, kind, &s, k, 0);
+                for (int i = 0; i < n; i++)
+                    c->kslot[p][kind][k[i].id] = (uint8_t)kern_slot(c, &k[i], kind);
+                n = cost_ffn_kernels(c, p, moe, &s, k, 0);
+                for (int i = 0; i < n; i++)
+                    c->kslot[p][LAYER_KIND_COUNT][k[i].id] = c->kslot[p][kind][k[i].id] =
+                        (uint8_t)kern_slot(c, &k[i], LAYER_KIND_COUNT);
+            }
+        int n = cost_step_kernels(c, &s, k, 0);
+        for (int i = 0; i < n; i++)
+            c->kslot[p][SCOPE_STEP][k[i].id] = (uint8_t)kern_slot(c, &k[i], SCOPE_STEP);
+    }
+    c->kslot_ready = true;
 }
 
 static struct kern *push(struct kern *k, int *n, enum kid id, int klass,
