@@ -108,6 +108,8 @@ enum kslot {
     SLOT_ATTN_KDA, SLOT_ATTN_MLA, SLOT_ATTN_GQA, SLOT_ELEM, N_SLOTS
 };
 
+#define KSLOT_NONE 0xff
+
 struct kern {
     enum kid id;
     int klass;
@@ -149,7 +151,7 @@ struct cost_model {
     /* The slot of each kernel by path and scope (a layer kind, or the step;
      * a kernel's class and precision are fixed by the model), found once at
      * creation so that pricing a list costs one load per kernel. */
-    uint8_t kslot[PATH_COUNT][N_SCOPES][K_COUNT];
+    uint8_t kslot[PATH_COUNT][N_SCOPES][K_COUNT]; /* KSLOT_NONE: not met */
     bool kslot_ready;
     /* Measured all-reduce tables at this tp (NULL: the two-point figures). */
     const struct ar_table *art[3];

@@ -143,6 +143,8 @@ void cost_kern_rates(const struct cost_model *c, int path, int kind, const struc
     const uint8_t *ks = c->kslot[path][kind];
     for (int i = from; i < n; i++) {
         int slot = ks[k[i].id];
+        if (__builtin_expect(slot == KSLOT_NONE, 0)) /* a kernel the probes did not meet */
+            slot = kern_slot(c, &k[i], kind);
         k[i].bw = bw[slot];
         k[i].fixed_ns = k[i].flags & KF_NOFLOOR ? 0 : fx[slot];
     }
@@ -150,25 +152,31 @@ void cost_kern_rates(const struct cost_model *c, int path, int kind, const struc
 
 void cost_kern_slots(struct cost_model *c)
 {
-    struct cost_batch b = {.n_decode = 1, .decode_positions = 1};
+    /* Probes: one and 64 tokens (the specialized path's small- and
+     * large-batch projections); any other kernel is looked up when met. */
+    struct cost_batch probe[2] = {{.n_decode = 1, .decode_positions = 1},
+                                  {.n_decode = 64, .decode_positions = 1}};
     struct shape s;
-    cost_make_shape(c, &b, &s);
     struct kern k[MAX_KERNELS];
-    memset(c->kslot, SLOT_ELEM, sizeof c->kslot);
-    for (int p = 0; p < PATH_COUNT; p++) {
-        for (int kind = 0; kind < LAYER_KIND_COUNT; kind++)
-            for (int moe = 0; moe < 2; moe++) {
+    memset(c->kslot, KSLOT_NONE, sizeof c->kslot);
+    for (int q = 0; q < 2; q++) {
+        cost_make_shape(c, &probe[q], &s);
+        for (int p = 0; p < PATH_COUNT; p++) {
+            for (int kind = 0; kind < LAYER_KIND_COUNT; kind++) {
                 int n = cost_attn_kernels(c, p, kind, &s, k, 0);
                 for (int i = 0; i < n; i++)
                     c->kslot[p][kind][k[i].id] = (uint8_t)kern_slot(c, &k[i], kind);
-                n = cost_ffn_kernels(c, p, moe, &s, k, 0);
+            }
+            for (int moe = 0; moe < 2; moe++) {
+                int n = cost_ffn_kernels(c, p, moe, &s, k, 0);
                 for (int i = 0; i < n; i++)
-                    c->kslot[p][LAYER_KIND_COUNT][k[i].id] = c->kslot[p][kind][k[i].id] =
+                    c->kslot[p][LAYER_KIND_COUNT][k[i].id] =
                         (uint8_t)kern_slot(c, &k[i], LAYER_KIND_COUNT);
             }
-        int n = cost_step_kernels(c, &s, k, 0);
-        for (int i = 0; i < n; i++)
-            c->kslot[p][SCOPE_STEP][k[i].id] = (uint8_t)kern_slot(c, &k[i], SCOPE_STEP);
+            int n = cost_step_kernels(c, &s, k, 0);
+            for (int i = 0; i < n; i++)
+                c->kslot[p][SCOPE_STEP][k[i].id] = (uint8_t)kern_slot(c, &k[i], SCOPE_STEP);
+        }
     }
     c->kslot_ready = true;
 }

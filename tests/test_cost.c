@@ -747,6 +747,24 @@ static void test_tables(void)
     CHECK(cost_allreduce_ns(h, 16384, true) == h200.ar_oneshot_ns, "fused: the preset figure");
     CHECK(a->art[0] == NULL && a->art[2] == NULL && cost_allreduce_ns(a, 16384, false) == 13000,
           "GB300 TP16: no 16-rank table, multimem 13 us");
+    /* The slots found once at creation price exactly as slots found per
+     * kernel would, on both paths, at every batch shape. */
+    struct cost_model *sp = mk(&kimi, &gb300, 8, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    uint64_t rs = 7;
+    int differ = 0;
+    for (int i = 0; sp && i < 400; i++) {
+        struct cost_model *m = i & 1 ? sp : a;
+        struct cost_batch b;
+        random_batch(&rs, &b);
+        struct cost_result r1, r2;
+        cost_step(m, &b, &r1);
+        m->kslot_ready = false;
+        cost_step(m, &b, &r2);
+        m->kslot_ready = true;
+        differ += memcmp(&r1, &r2, sizeof r1) != 0;
+    }
+    CHECKF(differ == 0, "precomputed slots = slots per kernel (%d of 400 steps differ)", differ);
+    cost_destroy(sp);
     cost_destroy(a);
     cost_destroy(h);
 }
