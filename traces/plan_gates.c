@@ -140,7 +140,8 @@ void pg_gates(struct plan *p, uint32_t tree, uint32_t *cap_refs)
                             u->n_after++;
                         }
                     }
-                    qsort_r(p->refs + u->after, u->n_after, sizeof *p->refs, cmp_ref, p);
+                    if (u->n_after > 1)
+                        qsort_r(p->refs + u->after, u->n_after, sizeof *p->refs, cmp_ref, p);
                 }
             }
             free(front);
