@@ -96,9 +96,10 @@ bench: deps-ok $(BUILD)/agentreplay $(BENCH_BIN)
 
 # Fuzz harnesses: clang's libFuzzer, each for FUZZ_SECONDS.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
-# The harnesses reach no kernel code (only the kernels command calls it),
-# and kernels/ is built by gcc and nvcc only.
-FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/% replay/cli/kernels.c,$(LIB_SRC)))
+# The harnesses reach no kernel code and no command front (only the
+# kernels command calls the kernels), and kernels/ is built by gcc and
+# nvcc only.
+FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/% replay/cli/%,$(LIB_SRC)))
 build/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -DAGENTREPLAY_DATADIR='"$(PREFIX)/share/agentreplay"' -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
@@ -136,3 +137,15 @@ clean:
 	rm -rf build agentreplay
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/replay/cli/main.d
+
+# ---- conformance-plan: the replay plan against AIPerf 0.13.0's own -------
+# (tests/conformance/README.md). Not part of `make test`. AIPERF_VENV is
+# made on first use (pip install aiperf==0.13.0); TRACES is any folder of
+# Weka traces. Also run: the hand-made cases and a synthesized folder.
+AIPERF_VENV ?= build/aiperf
+TRACES ?= $(SHARED)/traces/agentic-cc
+.PHONY: conformance conformance-plan
+conformance: conformance-plan
+conformance-plan: ./agentreplay
+	@AIPERF_VENV=$(AIPERF_VENV) sh tests/conformance/plan/run.sh ./agentreplay \
+	  build/conformance/plan $(TRACES) tests/conformance/plan/cases synth:40:7

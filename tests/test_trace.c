@@ -380,7 +380,63 @@ static void test_nested(void)
                    "inner call at 5 + 3 + 0.5 s on the file's clock (%lld)",
                    (long long)abs_t[t->sessions[in].first_call]);
     }
+    /* The AgentX view (AIPerf's reading, weka_trace.py:99-111, 169-189):
+     * t is the spawn; inner times before it are relative to it; the end is
+     * spawn + duration; positions count each request list in the file. */
+    if (a != TRACE_NONE && b != TRACE_NONE) {
+        const struct trace_session *e = &t->sessions[a], *l = &t->sessions[b];
+        uint32_t in = e->first_child;
+        CHECK(e->spawn_s == 10.0 && e->end_s == 15.0 && e->pos == 2 && l->spawn_s == 30.0 &&
+                  l->end_s == 34.0 && l->pos == 1 && root->pos == TRACE_NONE,
+              "AgentX view: early spawns at 10 s, ends at 15 s; late at 30 s, 34 s");
+        CHECK(in != TRACE_NONE && t->sessions[in].spawn_s == 14.0 && t->sessions[in].pos == 1 &&
+                  t->calls[t->sessions[in].first_call].at_s == 14.5,
+              "AgentX view: inner spawns 4 s into early (14 s), its call at 14.5 s");
+        CHECK(t->calls[0].pos == 0 && t->calls[1].pos == 3 && t->calls[1].at_s == 20.0 &&
+                  t->calls[e->first_call].at_s == 10.0 && t->calls[e->first_call].pos == 0 &&
+                  t->calls[0].api_s == 2.0,
+              "AgentX view: call positions and starts");
+    }
     round_trip(t, "nested");
+    trace_destroy(t);
+}
+
+/* What AIPerf's schema takes that the legacy reader refused: a negative
+ * api_time (kept for the delays, not recorded for api_ns), a negative
+ * duration (the subagent ends at its spawn; the legacy reading starts it
+ * at t), a missing one (ends at its calls' latest end), declared prefixes. */
+static void test_agentx_edges(void)
+{
+    const char *doc =
+        "{\"id\":\"e\",\"block_size\":4,\"tool_tokens\":5,\"system_tokens\":3,\"requests\":["
+        "{\"t\":0,\"type\":\"n\",\"in\":8,\"out\":1,\"api_time\":-0.5,\"think_time\":-1,"
+        "\"hash_ids\":[1,2]},"
+        "{\"t\":2,\"type\":\"subagent\",\"duration_ms\":-300,\"agent_id\":\"neg\",\"requests\":["
+        "{\"t\":0.25,\"type\":\"n\",\"in\":4,\"out\":1,\"hash_ids\":[9]}]},"
+        "{\"t\":2,\"type\":\"subagent\",\"agent_id\":\"none\",\"tool_tokens\":7,\"requests\":["
+        "{\"t\":1,\"type\":\"n\",\"in\":4,\"out\":1,\"api_time\":0.5,\"hash_ids\":[8]},"
+        "{\"t\":3,\"type\":\"n\",\"in\":4,\"out\":1,\"api_time\":4,\"hash_ids\":[8]}]}]}";
+    char err[ERR_LEN];
+    struct trace *t = trace_read_mem(doc, strlen(doc), "edges.json", NULL, err);
+    CHECKF(t != NULL, "edges read: %s", t ? "" : err);
+    if (!t)
+        return;
+    CHECK(t->calls[0].api_ns == -1 && t->calls[0].api_s == -0.5 && t->calls[0].think_ns == -1,
+          "negative api_time: -0.5 s kept in api_s, not recorded in api_ns");
+    CHECK(t->sessions[0].tool_tokens == 5 && t->sessions[0].system_tokens == 3,
+          "declared prefix of the file");
+    for (uint32_t s = 1; s < t->n_sessions; s++) {
+        const struct trace_session *ss = &t->sessions[s];
+        const char *nm = trace_str(t, ss->name);
+        if (!strcmp(nm, "neg"))
+            CHECK(ss->duration_ns == -1 && ss->fork_t_ns == 2 * NS_PER_S && ss->end_s == 2.0 &&
+                      t->calls[ss->first_call].at_s == 2.25,
+                  "negative duration: legacy start at t, AgentX end at the spawn");
+        else
+            CHECK(ss->end_s == 7.0 && ss->tool_tokens == 7 && ss->pos == 2,
+                  "no duration: the calls' latest end, 3 + 4 s (3 s is after the spawn: absolute)");
+    }
+    round_trip(t, "edges");
     trace_destroy(t);
 }
 
@@ -540,6 +596,7 @@ int main(void)
     test_burstgpt();
     test_synth_round_trip();
     test_nested();
+    test_agentx_edges();
     test_chunks();
     test_digest();
     test_cli();

@@ -79,6 +79,13 @@ static void test_agentx(void)
     EXPECT("agentx no requests", "{\"id\":\"x\"}", A, "requests", "missing");
     EXPECT("agentx bad block size", "{\"block_size\":0,\"requests\":[]}", A, "block_size");
     EXPECT("agentx bad scope", "{\"hash_id_scope\":\"planet\",\"requests\":[]}", A, "hash_id_scope");
+    EXPECT("agentx bad tool_tokens", "{\"tool_tokens\":-4,\"requests\":[]}", A, "tool_tokens");
+    EXPECT("agentx subagent bad system_tokens",
+           AX_HEAD AX_CALL ",{\"t\":1,\"type\":\"subagent\",\"system_tokens\":\"x\",\"requests\":[]}]}",
+           A, "requests[1].system_tokens");
+    EXPECT("agentx api_time not a number",
+           AX_HEAD "{\"t\":0,\"type\":\"n\",\"in\":1,\"out\":1,\"api_time\":\"1\",\"hash_ids\":[]}]}",
+           A, "requests[0].api_time");
     EXPECT("agentx empty", "", A, "empty");
 
     /* skip_bad: bad calls and a bad subagent skipped and counted. */

@@ -21,11 +21,34 @@
  *             sent only once the listed turns of other streams completed.
  * Every index is into the plan's own arrays; `call` indexes trace.calls.
  * The plan borrows the trace (it must outlive the plan); everything else
- * belongs to the plan's arena.
+ * belongs to the plan (its arrays, and its strings in its arena), freed by
+ * plan_destroy.
+ *
+ * Times: each time comes twice, as the double AIPerf computes in ms (the
+ * `_ms` fields, which decide every comparison and the JSON) and rounded to
+ * integer ns for the replayer (the `_ns` fields: llround(ms * 1e6)).
  *
  * The replayer (replay/lanes.c) executes a plan; `agentreplay trace plan
- * --json` prints it in the canonical form of PLAN_SCHEMA in
+ * --json` prints it in the canonical form of the schema in
  * tests/conformance/README.md.
+ *
+ * How a replayer uses it: plan_build once per trace (plan_verify in
+ * tests), then per lane: the next tree from one cursor over plan.trees
+ * (file order; skip trees with n_turns 0); t* = plan_t_star_ms(p, tree, u)
+ * with u drawn in the ratio range; plan_snapshot_ms(p, tree, t*, states,
+ * n_streams, boundary) gives the streams live at t* (0: nothing live, take
+ * the next tree) and the turns the gates count as done. Warm-up: each
+ * state with warm_turn != PLAN_NONE sends that turn (max_tokens 1) at
+ * max(lead) - lead. Measurement: each state not waiting sends next_turn
+ * after offset; a waiting root sends its join turn when the branches it
+ * joins are done. After a turn returns: start its spawn branches (at
+ * issue: when it was sent), each child after child_offset; send the next
+ * turn after delay, unless it joins branches with children still running
+ * (then at once when they are done), and only once its `after` turns have
+ * completed. A recycled tree starts at turn 0 of its root with nothing
+ * completed. Nested subagents (which AIPerf refuses) are planned as
+ * children of their parent subagent's main stream; only the root's
+ * branches are live at t*.
  */
 #ifndef PLAN_H
 #define PLAN_H
@@ -52,6 +75,9 @@ enum plan_dispatch {
 };
 
 enum plan_role { PLAN_ROLE_SYSTEM = 0, PLAN_ROLE_USER, PLAN_ROLE_ASSISTANT };
+
+/* What produced a turn's new input (weka_trace.py:786-806). */
+enum plan_input { PLAN_INPUT_NONE = 0, PLAN_INPUT_TOOL_RESULT, PLAN_INPUT_USER };
 
 /* A turn of a stream. */
 struct plan_ref {
@@ -82,6 +108,10 @@ struct plan_turn {
     uint32_t hit_blocks;    /* theoretical prefix hit: leading blocks seen
                                earlier in the trace's recorded order */
     uint32_t total_blocks;  /* blocks of its chain */
+    double t_ms;            /* t_ns as AIPerf holds it: t * 1000.0 */
+    double delay_ms;        /* delay_ns as AIPerf holds it; NAN for a first turn */
+    double api_ms;          /* max(0, api_time) * 1000.0; NAN if none */
+    uint8_t input_kind;     /* enum plan_input */
 };
 
 struct plan_stream {
@@ -94,6 +124,10 @@ struct plan_stream {
     uint32_t session;       /* the trace session its calls come from */
     uint32_t first_turn, n_turns; /* plan.turns[first_turn ..+ n_turns) */
     const char *id;         /* AIPerf's stream id ("T", "T::sa:A", "T::fa:000") */
+    const char *scope_id;   /* AIPerf's replay scope ("T", "T::sa:A") */
+    uint32_t chain;         /* its chain: 0 a subagent's main chain, k its
+                               k-th worker; a flat stream's worker number;
+                               0 for the root */
 };
 
 struct plan_branch {
@@ -104,6 +138,7 @@ struct plan_branch {
                                background */
     uint8_t dispatch;       /* enum plan_dispatch */
     int64_t start_ns;       /* recorded start of the branch */
+    double start_ms;        /* the same as AIPerf holds it */
     uint32_t children, n_children; /* plan.children[...]: stream indices,
                                       in dispatch order */
     /* Per child (same order, plan.child_offset_ns[children ..]): the wait
@@ -117,6 +152,8 @@ struct plan_tree {
     uint32_t first_branch, n_branches;
     int64_t t_lo_ns, t_hi_ns;  /* min and max recorded start over all its
                                   turns: the warm-start range */
+    double t_lo_ms, t_hi_ms;   /* the same in AIPerf's ms (equal when the
+                                  tree has no turns) */
     int64_t block_size;
     int64_t tool_tokens, system_tokens; /* declared prefix (turn 0's system
                                            message) */
@@ -144,10 +181,14 @@ struct plan_opts {
     int64_t aux_reduction_osl_max; /* WEKA_AUX_REDUCTION_OSL_MAX (4000) */
     double aux_reduction_ratio;    /* WEKA_AUX_REDUCTION_RATIO (20.0) */
     int worker_group_min;          /* WEKA_WORKER_GROUP_MIN (3) */
+    int64_t corpus_tokens;         /* tokens of AIPerf's prompt corpus: a
+                                      synthetic tail is cut to it; 0 (the
+                                      default): no cut */
 };
 
 struct plan {
-    struct arena arena;     /* owns everything below */
+    struct arena arena;     /* owns the strings; the arrays are malloc'ed;
+                               plan_destroy frees both */
     const struct trace *tr; /* borrowed */
     struct plan_opts opts;
     struct plan_tree *trees;      /* in sampler order (file order) */
@@ -159,11 +200,16 @@ struct plan {
     struct plan_branch *branches;
     uint32_t n_branches;
     struct plan_ref *refs;        /* gate lists */
+    uint32_t n_refs;
     uint32_t *branch_refs;        /* spawn and join lists */
+    uint32_t n_branch_refs;
     uint32_t *children;           /* branch children */
     int64_t *child_offset_ns;     /* parallel to children */
+    uint32_t n_children;
     struct plan_msg *msgs;
+    uint32_t n_msgs;
     const char **strings;
+    uint32_t n_strings;
 };
 
 void plan_opts_defaults(struct plan_opts *o);
@@ -171,8 +217,10 @@ void plan_opts_defaults(struct plan_opts *o);
  * without sessions have none). NULL with a located message on error. */
 struct plan *plan_build(const struct trace *t, const struct plan_opts *o, char *err);
 void plan_destroy(struct plan *p);
-/* Checks every invariant (indices in range, turns in stream order, gates
- * within a scope and acyclic, joins after spawns); 0, or -1 with err. */
+/* Checks every invariant (indices in range, streams and turns in order,
+ * each child in one branch, gates within a scope on turns that completed
+ * before the gated one starts, spawn and join turns distinct and naming
+ * their branches); 0, or -1 with err. */
 int plan_verify(const struct plan *p, char *err);
 
 /* Where a tree instance resumes at warm-start time t* (trajectory_source.py
@@ -187,13 +235,26 @@ struct plan_resume {
     uint32_t warm_turn;     /* next_turn - 1, sent in the warm-up phase;
                                PLAN_NONE if next_turn is 0 */
     int64_t lead_ns;        /* t* - t(warm_turn), unclamped; -1 if none */
+    uint32_t join_turn;     /* the turn of its parent that waits for it (a
+                               child), or that it waits to send (a waiting
+                               root); PLAN_NONE if none */
+    double offset_ms, lead_ms; /* offset_ns, lead_ns as AIPerf holds them
+                                  (lead NAN if none) */
 };
-/* Fills out (capacity cap) with tree's live streams at t_star_ns and
- * returns their count (0: nothing live, the tree is skipped); boundary
- * (capacity: the tree's n_streams) gets, per stream of the tree in order,
- * the number of its turns that count as completed for the gates. */
+/* Fills out (capacity cap; the tree's n_streams always suffices) with
+ * tree's live streams at t_star_ns and returns their count (0: nothing
+ * live, the tree is skipped; -1: cap too small; out NULL: only the
+ * boundaries); boundary (NULL, or room for the tree's n_streams) gets, per
+ * stream of the tree in order, the number of its turns that count as
+ * completed for the gates. */
 int plan_snapshot(const struct plan *p, uint32_t tree, int64_t t_star_ns,
                   struct plan_resume *out, int cap, uint32_t *boundary);
+/* The same at t* in AIPerf's ms (exact comparisons with the turns' t_ms). */
+int plan_snapshot_ms(const struct plan *p, uint32_t tree, double t_star_ms,
+                     struct plan_resume *out, int cap, uint32_t *boundary);
+/* t* at ratio (0 .. 1) of the tree's range, as AIPerf computes it:
+ * t_lo + ratio * (t_hi - t_lo), in ms (trajectory_source.py:602-621). */
+double plan_t_star_ms(const struct plan *p, uint32_t tree, double ratio);
 
 /* The plan in the canonical JSON form (one line, keys sorted); with
  * lanes > 0 also the initial lanes for that concurrency at the given t*
@@ -205,6 +266,9 @@ struct plan_json_opts {
     int lanes;              /* 0: no "lanes" block */
     double ratio_lo, ratio_hi; /* t* range as fractions of [t_lo, t_hi] */
     uint64_t seed;
+    const char *model;      /* every turn's model: AIPerf maps the trace's
+                               models onto the configured ones; NULL: "plan",
+                               the one model the comparison configures */
 };
 int plan_write_json(const struct plan *p, const struct plan_json_opts *o, FILE *f, char *err);
 

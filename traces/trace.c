@@ -198,9 +198,14 @@ void trace_call_abs_times(const struct trace *t, int64_t *out)
     int64_t *soff = xmalloc((t->n_sessions ? t->n_sessions : 1) * sizeof *soff);
     for (uint32_t i = 0; i < t->n_sessions; i++) {
         const struct trace_session *s = &t->sessions[i];
-        soff[i] = s->parent == TRACE_NONE ? 0 : soff[s->parent] + s->fork_t_ns;
+        /* Saturating: deep nests of absurd offsets must not overflow. */
+        if (s->parent == TRACE_NONE)
+            soff[i] = 0;
+        else if (__builtin_add_overflow(soff[s->parent], s->fork_t_ns, &soff[i]))
+            soff[i] = INT64_MAX;
     }
     for (uint32_t i = 0; i < t->n_calls; i++)
-        out[i] = soff[t->calls[i].session] + t->calls[i].t_ns;
+        if (__builtin_add_overflow(soff[t->calls[i].session], t->calls[i].t_ns, &out[i]))
+            out[i] = INT64_MAX;
     free(soff);
 }

@@ -70,6 +70,16 @@ struct trace_call {
     uint32_t n_shared;
     uint32_t n_blocks;
     const uint64_t *suffix;
+    /* The AgentX view (AIPerf 0.13.0's reading of a Weka file; the replay
+     * plan, traces/plan.h, reads only these and the fields above). Readers
+     * of other formats leave them to tb_finish, which derives them from
+     * the model (traces/FORMAT.md, "The AgentX view"). Not in the digest. */
+    double at_s;           /* start on its root's clock (s): a subagent
+                              call's `t` read as AIPerf reads it */
+    double api_s;          /* recorded api_time (s) as written, negative
+                              kept; NAN if not recorded */
+    uint32_t pos;          /* its index in its session's request list in
+                              the file (a subagent entry takes an index) */
 };
 
 struct trace_session {
@@ -96,6 +106,15 @@ struct trace_session {
     uint32_t file;         /* string: the file it was read from */
     int64_t start_ns;      /* recorded absolute start of a root session
                               (BurstGPT sessions), -1 if none */
+    /* The AgentX view (see trace_call; not in the digest). */
+    uint32_t pos;          /* a subagent: its entry's index in its parent's
+                              request list; TRACE_NONE for a root */
+    double spawn_s;        /* a subagent: its spawn time (the entry's `t`)
+                              on the root's clock (s); 0 for a root */
+    double end_s;          /* a subagent: spawn_s + duration (negative: 0),
+                              else its calls' latest end, else spawn_s */
+    int64_t tool_tokens, system_tokens; /* declared prefix (the file's or
+                              the subagent entry's), 0 if none */
 };
 
 struct trace {

@@ -1,7 +1,11 @@
 /* trace_agentx.c: reader of the AgentX / "Weka" agentic trace format: one
  * JSON object per session tree (a file; trace.c reads folders of them),
- * with nested subagents. See traces/FORMAT.md for how subagent timing is
- * interpreted (their `t` is the subagent's completion time).
+ * with subagents (nested ones too, which AIPerf refuses). It fills two
+ * readings of a subagent's timing (traces/FORMAT.md): the legacy one in the
+ * session's fork fields (`t` read as the subagent's completion) and the
+ * AgentX view AIPerf 0.13.0 reads (`t` is the spawn time;
+ * aiperf/dataset/loader/weka_trace.py:99-111 and :169-189), kept in
+ * trace_call.at_s and trace_session.spawn_s/end_s for the replay plan.
  */
 #include "traces/trace_internal.h"
 #include "traces/base/err.h"
@@ -48,14 +52,26 @@ static int get_tokens(json_t *o, const char *k, int64_t max, int64_t *out)
     return 0;
 }
 
-/* Optional seconds field: absent or null -> -1. */
-static int opt_seconds(json_t *o, const char *k, int64_t *out)
+/* Optional seconds field: absent or null -> -1 (and NAN in raw). AIPerf
+ * takes any number (weka_trace_models.py:46-51); a negative one is kept in
+ * raw (negative api_time lengthens a delay, weka_trace.py:131-157) and is
+ * -1 ("not recorded") in the ns field. */
+static int opt_seconds(json_t *o, const char *k, int64_t *out, double *raw)
 {
     json_t *v = json_object_get(o, k);
     *out = -1;
+    if (raw)
+        *raw = NAN;
     if (!v || json_is_null(v))
         return 0;
-    return tb_seconds_ns(v, out);
+    if (!json_is_number(v))
+        return -1;
+    double x = json_number_value(v);
+    if (!isfinite(x) || x > TRACE_MAX_SECONDS || x < -TRACE_MAX_SECONDS)
+        return -1;
+    if (raw)
+        *raw = x;
+    return x < 0 ? 0 : tb_seconds_ns(v, out);
 }
 
 static int opt_string(struct ax *a, json_t *o, const char *k, uint32_t *out)
@@ -70,7 +86,21 @@ static int opt_string(struct ax *a, json_t *o, const char *k, uint32_t *out)
     return 0;
 }
 
-static int read_call(struct ax *a, json_t *r, uint32_t sess, const char *path)
+/* AIPerf's start of an inner request on the root's clock: one recorded
+ * before its entry's spawn time (by more than 1e-6 s) is relative to it
+ * (weka_trace.py:99-111, _JOIN_EPSILON_SECONDS). entry_t NAN: a root call. */
+static double agentx_abs_t(double t, double entry_t)
+{
+    if (!isnan(entry_t) && t + 1e-6 < entry_t)
+        return entry_t + t;
+    return t;
+}
+
+/* A call of session sess at index pos of its request list; entry_t is the
+ * spawn time (root clock) of the subagent entry that holds it, NAN for a
+ * call of the root. */
+static int read_call(struct ax *a, json_t *r, uint32_t sess, const char *path, size_t pos,
+                     double entry_t)
 {
     static const char *const tok_why[] = {"", "missing", "expected an integer",
                                           "token count negative or absurd"};
@@ -90,12 +120,14 @@ static int read_call(struct ax *a, json_t *r, uint32_t sess, const char *path)
     rc = get_tokens(r, "out", TRACE_MAX_OUTPUT, &c.output_tokens);
     if (rc)
         return bad(a, path, "out", tok_why[-rc]);
-    if (opt_seconds(r, "api_time", &c.api_ns))
-        return bad(a, path, "api_time", "expected seconds (a number >= 0)");
-    if (opt_seconds(r, "ttft", &c.ttft_ns))
-        return bad(a, path, "ttft", "expected seconds (a number >= 0)");
-    if (opt_seconds(r, "think_time", &c.think_ns))
-        return bad(a, path, "think_time", "expected seconds (a number >= 0)");
+    if (opt_seconds(r, "api_time", &c.api_ns, &c.api_s))
+        return bad(a, path, "api_time", "expected seconds (a number)");
+    if (opt_seconds(r, "ttft", &c.ttft_ns, NULL))
+        return bad(a, path, "ttft", "expected seconds (a number)");
+    if (opt_seconds(r, "think_time", &c.think_ns, NULL))
+        return bad(a, path, "think_time", "expected seconds (a number)");
+    c.at_s = agentx_abs_t(json_number_value(tv), entry_t);
+    c.pos = (uint32_t)pos;
     if (opt_string(a, r, "model", &c.model))
         return bad(a, path, "model", "expected a string");
     if (opt_string(a, r, "stop", &c.stop))
@@ -150,9 +182,25 @@ static int cmp_sub(const void *x, const void *y)
     return p->pos < q->pos ? -1 : p->pos > q->pos;
 }
 
-static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *prefix, int depth);
+static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *prefix,
+                        int depth, double entry_t);
 
-/* Checks a subagent entry's own fields; fills its start time. */
+/* Optional declared prefix size (tool_tokens, system_tokens): absent or
+ * null -> 0. */
+static int opt_tokens(json_t *o, const char *k, int64_t *out)
+{
+    json_t *v = json_object_get(o, k);
+    *out = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > TRACE_MAX_TOKENS)
+        return -1;
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* Checks a subagent entry's own fields; fills its legacy start time
+ * (t - duration). */
 static int check_sub(struct ax *a, json_t *r, const char *path, int64_t *start_ns)
 {
     json_t *rq = json_object_get(r, "requests");
@@ -161,7 +209,7 @@ static int check_sub(struct ax *a, json_t *r, const char *path, int64_t *start_n
     if (!json_is_array(rq))
         return bad(a, path, "requests", "expected an array");
     json_t *tv = json_object_get(r, "t");
-    int64_t t_ns, dur = -1;
+    int64_t t_ns, dur = -1, tok;
     if (!tv)
         return bad(a, path, "t", "missing");
     if (tb_seconds_ns(tv, &t_ns))
@@ -169,9 +217,11 @@ static int check_sub(struct ax *a, json_t *r, const char *path, int64_t *start_n
     json_t *d = json_object_get(r, "duration_ms");
     if (d && !json_is_null(d)) {
         double ms = json_number_value(d);
-        if (!json_is_number(d) || !isfinite(ms) || ms < 0 || ms > TRACE_MAX_SECONDS * 1e3)
-            return bad(a, path, "duration_ms", "expected milliseconds (a number >= 0)");
-        dur = llround(ms * 1e6);
+        if (!json_is_number(d) || !isfinite(ms) || fabs(ms) > TRACE_MAX_SECONDS * 1e3)
+            return bad(a, path, "duration_ms", "expected milliseconds (a number)");
+        /* Negative: AIPerf ends the subagent at its spawn (weka_trace.py:
+         * 169-189); the legacy reading takes it as not recorded. */
+        dur = ms >= 0 ? llround(ms * 1e6) : -1;
     }
     const char *keys[] = {"agent_id", "subagent_type", "status"};
     for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
@@ -179,12 +229,44 @@ static int check_sub(struct ax *a, json_t *r, const char *path, int64_t *start_n
         if (v && !json_is_null(v) && !json_is_string(v))
             return bad(a, path, keys[i], "expected a string");
     }
-    /* `t` is when the subagent finished: start = t - duration. */
+    if (opt_tokens(r, "tool_tokens", &tok))
+        return bad(a, path, "tool_tokens", "expected a token count");
+    if (opt_tokens(r, "system_tokens", &tok))
+        return bad(a, path, "system_tokens", "expected a token count");
+    /* Legacy reading: `t` is when the subagent finished, start = t -
+     * duration (traces/FORMAT.md). */
     *start_ns = dur >= 0 ? (t_ns > dur ? t_ns - dur : 0) : t_ns;
     return 0;
 }
 
-static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *prefix, int depth)
+/* The AgentX end of subagent session s read from entry r (AIPerf's
+ * _sa_end_seconds, weka_trace.py:169-189): spawn + duration_ms (negative
+ * or non-finite: 0), else the latest end of its calls, else the spawn. */
+static double agentx_sub_end(const struct trace *t, const struct trace_session *s, json_t *r)
+{
+    json_t *d = json_object_get(r, "duration_ms");
+    if (d && json_is_number(d)) {
+        double ds = json_number_value(d) / 1000.0;
+        if (!isfinite(ds) || ds < 0.0)
+            ds = 0.0;
+        return s->spawn_s + ds;
+    }
+    if (!s->n_calls)
+        return s->spawn_s;
+    double end = 0;
+    for (uint32_t k = 0; k < s->n_calls; k++) {
+        const struct trace_call *c = &t->calls[s->first_call + k];
+        double e = c->at_s + (isfinite(c->api_s) && c->api_s > 0.0 ? c->api_s : 0.0);
+        if (k == 0 || e > end)
+            end = e;
+    }
+    return end;
+}
+
+/* Reads one request list: the root's (entry_t NAN) or a subagent's
+ * (entry_t its spawn time on the root clock). */
+static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *prefix,
+                        int depth, double entry_t)
 {
     char path[512];
     if (depth > 64)
@@ -214,7 +296,7 @@ static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *p
             } else if (json_object_get(r, "requests")) {
                 rc = bad(a, path, "requests", "an entry with requests[] must have type \"subagent\"");
             } else {
-                rc = read_call(a, r, sess, path);
+                rc = read_call(a, r, sess, path, i, entry_t);
             }
         }
         if (rc && a->skip_bad) {
@@ -222,6 +304,7 @@ static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *p
             rc = 0;
         }
     }
+    /* Sessions in legacy start order (the legacy lanes read them so). */
     if (n_subs > 1)
         qsort(subs, n_subs, sizeof *subs, cmp_sub);
     for (size_t k = 0; k < n_subs && !rc; k++) {
@@ -233,12 +316,16 @@ static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *p
         ss->fork_t_ns = subs[k].start_ns;
         ss->join = false;
         json_t *d = json_object_get(r, "duration_ms");
-        if (d && json_is_number(d))
+        if (d && json_is_number(d) && json_number_value(d) >= 0)
             ss->duration_ns = llround(json_number_value(d) * 1e6);
         const char *id = json_string_value(json_object_get(r, "agent_id"));
         ss->name = tb_str(a->b, id);
         ss->kind = tb_str(a->b, json_string_value(json_object_get(r, "subagent_type")));
         ss->status = tb_str(a->b, json_string_value(json_object_get(r, "status")));
+        ss->pos = (uint32_t)subs[k].pos;
+        ss->spawn_s = agentx_abs_t(json_number_value(json_object_get(r, "t")), entry_t);
+        opt_tokens(r, "tool_tokens", &ss->tool_tokens);
+        opt_tokens(r, "system_tokens", &ss->system_tokens);
         /* Fork point: the parent's last call recorded at or before the
          * subagent's start; the gap runs from that call's recorded end. */
         const struct trace_session *ps = &t->sessions[sess];
@@ -254,7 +341,10 @@ static int read_session(struct ax *a, json_t *reqs, uint32_t sess, const char *p
         }
         ss->fork_after = after;
         ss->fork_gap_ns = ss->fork_t_ns > end ? ss->fork_t_ns - end : 0;
-        rc = read_session(a, json_object_get(r, "requests"), s, path, depth + 1);
+        double spawn = ss->spawn_s;
+        rc = read_session(a, json_object_get(r, "requests"), s, path, depth + 1, spawn);
+        ss = &a->b->t->sessions[s]; /* the array may have moved */
+        ss->end_s = agentx_sub_end(a->b->t, ss, r);
     }
     free(subs);
     return rc;
@@ -324,8 +414,14 @@ int trace_read_agentx_doc(struct tb *b, const char *data, size_t len, const char
     }
     ss->block_size = a.block_size;
     ss->file = tb_str(b, name);
+    ss->spawn_s = ss->end_s = 0.0;
+    if (opt_tokens(root, "tool_tokens", &ss->tool_tokens) ||
+        opt_tokens(root, "system_tokens", &ss->system_tokens)) {
+        rc = err_set(err, "%s: tool_tokens, system_tokens: expected token counts", name);
+        goto out;
+    }
     ss->name = id && json_is_string(id) ? tb_str(b, json_string_value(id)) : ss->file;
-    rc = read_session(&a, reqs, s, "", 0);
+    rc = read_session(&a, reqs, s, "", 0, NAN);
 out:
     free(a.ids);
     tb_json_end(); /* frees the document */

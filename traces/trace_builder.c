@@ -10,6 +10,7 @@
  * the longest common prefix. Either way the shared part is checked block by
  * block, so a hash collision can only cost compression, never correctness.
  */
+#define _GNU_SOURCE /* qsort_r */
 #include "traces/trace_internal.h"
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
@@ -116,6 +117,8 @@ uint32_t tb_session(struct tb *b, uint32_t parent)
     s->start_ns = -1;
     s->name = s->kind = s->status = s->file = TRACE_NONE;
     s->block_size = 64;
+    s->pos = TRACE_NONE;
+    s->spawn_s = s->end_s = NAN; /* NAN: left to tb_finish */
     if (parent == TRACE_NONE) {
         t->n_roots++;
     } else {
@@ -141,6 +144,8 @@ void tb_call_init(struct trace_call *c)
     c->think_ns = c->api_ns = c->ttft_ns = -1;
     c->model = c->stop = c->input_types = c->output_types = TRACE_NONE;
     c->base = TRACE_NONE;
+    c->at_s = c->api_s = NAN; /* NAN at_s: the AgentX view is left to tb_finish */
+    c->pos = TRACE_NONE;
 }
 
 static uint64_t pfx_seed(uint32_t scope) { return hash_mix(0x70726566ULL, scope); }
@@ -384,6 +389,96 @@ void tb_line_col(const char *data, size_t off, size_t *line, size_t *col)
     *col = c;
 }
 
+/* ---- the AgentX view of readers that do not fill it ------------------- */
+
+/* Fork slot of a subagent: 0 at its parent's start, k + 1 after call k. */
+static uint32_t fork_slot(const struct trace_session *s)
+{
+    return s->fork_after == TRACE_NONE ? 0 : s->fork_after + 1;
+}
+
+/* (fork slot, session) order of two subagents. */
+static int cmp_slot(const void *x, const void *y, void *ctx)
+{
+    const struct trace *t = ctx;
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    uint32_t sa = fork_slot(&t->sessions[a]), sb = fork_slot(&t->sessions[b]);
+    if (sa != sb)
+        return sa < sb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+/* Positions of one session's request list as the native order implies
+ * them: subagents forked at the session's start first, then each call
+ * followed by the subagents forked after it, in session order. kids has
+ * room for every child. */
+static void native_positions(struct trace *t, uint32_t si, uint32_t *kids)
+{
+    const struct trace_session *s = &t->sessions[si];
+    uint32_t nk = 0;
+    for (uint32_t c = s->first_child; c != TRACE_NONE; c = t->sessions[c].next_sibling)
+        kids[nk++] = c;
+    qsort_r(kids, nk, sizeof *kids, cmp_slot, t);
+    uint32_t pos = 0, k = 0;
+    for (uint32_t slot = 0; slot <= s->n_calls; slot++) {
+        while (k < nk && fork_slot(&t->sessions[kids[k]]) == slot)
+            t->sessions[kids[k++]].pos = pos++;
+        if (slot < s->n_calls)
+            t->calls[s->first_call + slot].pos = pos++;
+    }
+    ASSERT(k == nk);
+}
+
+/* Fills what a reader left unset: positions (native order), start times
+ * on the root's clock from the session offsets, api_s from api_ns, spawn
+ * times from fork_t_ns, ends from duration_ns or else the calls. */
+static void fill_agentx_view(struct trace *t)
+{
+    int64_t *soff = xmalloc((t->n_sessions ? t->n_sessions : 1) * sizeof *soff);
+    uint32_t *kids = xmalloc((t->n_sessions ? t->n_sessions : 1) * sizeof *kids);
+    for (uint32_t i = 0; i < t->n_sessions; i++) {
+        struct trace_session *s = &t->sessions[i];
+        /* Saturating: nested offsets of absurd inputs must not overflow. */
+        if (s->parent == TRACE_NONE)
+            soff[i] = 0;
+        else if (__builtin_add_overflow(soff[s->parent], s->fork_t_ns, &soff[i]))
+            soff[i] = INT64_MAX;
+        bool set = s->n_calls && t->calls[s->first_call].pos != TRACE_NONE;
+        for (uint32_t c = s->first_child; c != TRACE_NONE && !set; c = t->sessions[c].next_sibling)
+            set = t->sessions[c].pos != TRACE_NONE;
+        if (!set)
+            native_positions(t, i, kids);
+        for (uint32_t k = 0; k < s->n_calls; k++) {
+            struct trace_call *c = &t->calls[s->first_call + k];
+            if (!isnan(c->at_s))
+                continue;
+            int64_t at;
+            if (__builtin_add_overflow(soff[i], c->t_ns, &at))
+                at = INT64_MAX;
+            c->at_s = (double)at / 1e9;
+            c->api_s = c->api_ns >= 0 ? (double)c->api_ns / 1e9 : NAN;
+        }
+        if (isnan(s->spawn_s))
+            s->spawn_s = s->parent == TRACE_NONE ? 0.0 : (double)soff[i] / 1e9;
+        if (isnan(s->end_s)) {
+            double end = s->spawn_s;
+            if (s->duration_ns >= 0) {
+                end = s->spawn_s + (double)s->duration_ns / 1e9;
+            } else {
+                for (uint32_t k = 0; k < s->n_calls; k++) {
+                    const struct trace_call *c = &t->calls[s->first_call + k];
+                    double e = c->at_s + (c->api_s > 0 ? c->api_s : 0.0);
+                    if (k == 0 || e > end)
+                        end = e;
+                }
+            }
+            s->end_s = end;
+        }
+    }
+    free(soff);
+    free(kids);
+}
+
 struct trace *tb_finish(struct tb *b)
 {
     struct trace *t = b->t;
@@ -391,6 +486,7 @@ struct trace *tb_finish(struct tb *b)
     b->t = NULL;
     if (t->n_scopes == 0 && t->n_sessions)
         t->n_scopes = 1;
+    fill_agentx_view(t);
     t->digest = trace_digest_compute(t);
     char err[ERR_LEN];
     if (trace_verify(t, err)) {

@@ -29,6 +29,7 @@ const struct cli_command cli_commands[] = {
     {"trace stats", trace_cmd_stats, "statistics of traces", &trace_stats_spec},
     {"trace convert", trace_cmd_convert, "a trace in the native format", &trace_convert_spec},
     {"trace synth", trace_cmd_synth, "a synthetic agentic trace", &trace_synth_spec},
+    {"trace plan", trace_cmd_plan, "the AgentX replay plan of a trace", &trace_plan_spec},
     {"engine info", engine_cmd_info, "memory budget and capacity", &engine_info_spec},
     {"kernels list", kernels_cmd_list, "the kernel sequences", &kernels_list_spec},
     {"kernels cpu-check", kernels_cmd_cpu_check, "both paths in C, compared",

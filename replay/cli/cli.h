@@ -46,6 +46,7 @@ int trace_cmd(int argc, char **argv);            /* trace.c */
 int trace_cmd_stats(int argc, char **argv);
 int trace_cmd_convert(int argc, char **argv);
 int trace_cmd_synth(int argc, char **argv);
+int trace_cmd_plan(int argc, char **argv); extern const struct flag_spec trace_plan_spec; /* trace_plan.c */
 int engine_cmd_info(int argc, char **argv);      /* engine.c */
 int engine_cmd_bench_decode(int argc, char **argv); /* bench.c */
 int engine_cmd_fidelity(int argc, char **argv);
