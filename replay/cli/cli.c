@@ -18,7 +18,7 @@ const struct cli_command cli_commands[] = {
     {"load", load_cmd, "replay a trace against a live OpenAI-compatible URL", &load_spec},
     {"serve", serve_cmd, "serve the simulated engine over HTTP in real time", &serve_spec},
     {"plot", plot_cmd, "charts (PNG, SVG) and report.md from results", &plot_spec},
-    {"trace", trace_cmd, "trace stats | convert | synth", NULL},
+    {"trace", trace_cmd, "trace stats | convert | synth | plan", NULL},
     {"engine", engine_cmd_info, "engine info: memory budget and capacity", &engine_info_spec},
     {"bench-decode", engine_cmd_bench_decode, "fixed-batch decode measurement",
      &bench_decode_spec},
