@@ -103,16 +103,9 @@ const struct flag run_flags[] = {
 };
 #undef RO
 
-/* A trace read's progress line and its interrupt (trace_read_opts.progress). */
-struct read_progress {
-    bool tty;                    /* stderr is a terminal: show the line */
-    bool shown, stopped;
-    int64_t last_ns;             /* wall time of the last line */
-};
-
 static int read_progress_cb(void *arg, const struct trace_read_progress *p)
 {
-    struct read_progress *rp = arg;
+    struct run_read_progress *rp = arg;
     if (run_interrupted()) {
         rp->stopped = true;
         return 1;
@@ -130,6 +123,22 @@ static int read_progress_cb(void *arg, const struct trace_read_progress *p)
     return 0;
 }
 
+void run_read_progress_attach(struct run_read_progress *rp, struct trace_read_opts *o)
+{
+    memset(rp, 0, sizeof *rp);
+    rp->tty = isatty(2) == 1;
+    o->progress = read_progress_cb;
+    o->progress_arg = rp;
+}
+
+bool run_read_progress_end(struct run_read_progress *rp)
+{
+    if (rp->shown)
+        fprintf(stderr, "\r%*s\r", 60, "");
+    rp->shown = false;
+    return rp->stopped;
+}
+
 int run_trace_load(struct run_trace *t, const char *path, const struct trace_read_opts *o,
                    char *err)
 {
@@ -145,24 +154,25 @@ int run_trace_load(struct run_trace *t, const char *path, const struct trace_rea
     }
     snprintf(t->path, sizeof t->path, "%s", path);
     struct trace_read_opts ro = *o;
-    struct read_progress rp = {.tty = isatty(2) == 1};
-    ro.progress = read_progress_cb;
-    ro.progress_arg = &rp;
+    struct run_read_progress rp;
+    run_read_progress_attach(&rp, &ro);
     t->tr = trace_read(path, &ro, err);
-    if (rp.shown)
-        fprintf(stderr, "\r%*s\r", 60, "");
-    if (t->tr && rp.stopped)
+    bool stopped = run_read_progress_end(&rp);
+    if (t->tr && stopped)
         fprintf(stderr, "agentreplay: interrupted while reading %s: replaying none of it\n", path);
     if (!t->tr || !t->tr->n_calls) {
         if (t->tr)
             err_set(err, "%s: the trace has no calls", path);
         run_trace_free(t);
-        if (rp.stopped) {
+        if (stopped) {
             err_set(err, "interrupted while reading %s", path);
             return EXIT_FAIL;
         }
         return EXIT_BADINPUT;
     }
+    if (t->tr->skipped_records)
+        fprintf(stderr, "agentreplay: %s: skipped %llu bad records (--skip-bad)\n", path,
+                (unsigned long long)t->tr->skipped_records);
     struct trace_stats st;
     trace_stats_compute(t->tr, &st);
     t->hit_theoretical = st.hit_rate_tokens;
@@ -495,6 +505,12 @@ int run_replay(const struct run_spec *s, struct run_result *res, void **run_json
     res->interrupts = run.interrupts;
     if (close_outputs(&run, &res->out, err))
         rc = EXIT_FAIL;
+    if (res->out.io_error[0] && rc == EXIT_OK) {
+        /* Records lost to a failed write: the result is partial (run.json
+         * says so) and the run failed. */
+        err_set(err, "%s", res->out.io_error);
+        rc = EXIT_FAIL;
+    }
 
     struct run_info ri = s->info;
     ri.kind = s->kind;

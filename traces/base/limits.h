@@ -47,6 +47,11 @@
  * many trace files or more. */
 #define LIMIT_PROGRESS_FILES 50
 
+/* `trace synth`: the calls a synthetic trace is expected to hold (the
+ * trace model takes about 350 B a call: bench_memory's million calls take
+ * 352 MiB). */
+#define LIMIT_SYNTH_CALLS 5e6
+
 /* ---- the replay ----------------------------------------------------------- */
 
 /* Calls that may wait in memory at once. A call waits until the target
