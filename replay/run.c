@@ -174,8 +174,11 @@ int run_trace_load(struct run_trace *t, const char *path, const struct trace_rea
         fprintf(stderr, "agentreplay: %s: skipped %llu bad records (--skip-bad)\n", path,
                 (unsigned long long)t->tr->skipped_records);
     struct trace_stats st;
-    trace_stats_compute(t->tr, &st);
-    t->hit_theoretical = st.hit_rate_tokens;
+    t->hit_theoretical = NAN; /* an interrupted run does not wait for it */
+    if (!stopped) {
+        trace_stats_compute(t->tr, &st);
+        t->hit_theoretical = st.hit_rate_tokens;
+    }
     return 0;
 }
 

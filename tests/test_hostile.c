@@ -46,15 +46,7 @@ static const char *bin;
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* A path in the test's folder (a ring of 256: valid for a while). */
-static char *path_in(const char *name)
-{
-    static char buf[256][512];
-    static int k;
-    k = (k + 1) % 256;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
+static char *path_in(const char *name) { return tp_path(tmp, name); }
 
 /* Triggers whose fix is another part's: the replayer's progress guarantee
  * (virtual time must advance; a run making none stops with a message) and
@@ -77,19 +69,6 @@ static void write_file(const char *name, const char *text)
     }
 }
 
-/* The whole of a small file ("" when absent). */
-static char *slurp(const char *path)
-{
-    static char buf[1 << 16];
-    buf[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (f) {
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = 0;
-        fclose(f);
-    }
-    return buf;
-}
 
 static bool exists(const char *path)
 {
@@ -120,15 +99,15 @@ static struct tp_result ar(double timeout_s, const char *a0, ...)
 static void refused(const char *what, struct tp_result r, double max_s, const char *names,
                     const char *no_dir)
 {
-    const char *err = slurp(path_in("err.txt"));
+    const char *err = tp_slurp(path_in("err.txt"));
     CHECKF(r.status == 2, "%s: refused with exit 2 (got %d; %s)", what, r.status, err);
     CHECKF(r.secs < max_s, "%s: refused within %.0f s (took %.2f s)", what, max_s, r.secs);
     CHECKF(strstr(err, names) != NULL, "%s: the message names %s: %s", what, names, err);
     if (no_dir)
         CHECKF(!exists(no_dir), "%s: no result folder %s is left behind", what, no_dir);
-    printf("NOTE %s: exit %d in %.2f s: %.160s", what, r.status, r.secs, err);
-    if (!strchr(err, '\n'))
-        printf("\n");
+    int len = (int)strcspn(err, "\n");
+    printf("NOTE %s: exit %d in %.2f s: %.*s\n", what, r.status, r.secs, len < 200 ? len : 200,
+           err);
 }
 
 /* ---- 1. inputs under which every call can only fail ---------------------- */
@@ -195,7 +174,7 @@ static void test_spin_triggers(void)
             5, "mc0.jsonl:1:1: input_length", out);
     r = ar(30, "sim", "--trace", path_in("mc0.jsonl"), "--skip-bad", "--mode", "timestamp",
            "--duration", "60", "--quiet", "-o", path_in("mc0-skip"), NULL);
-    CHECKF(r.status == 0 && strstr(slurp(path_in("err.txt")), "skipped 1 bad record"),
+    CHECKF(r.status == 0 && strstr(tp_slurp(path_in("err.txt")), "skipped 1 bad record"),
            "Mooncake input_length 0 under --skip-bad: skipped and said, the rest runs (exit %d)",
            r.status);
     write_file("az0.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -223,9 +202,9 @@ static void test_spin_triggers(void)
 
 /* ---- 2. sizes from input -------------------------------------------------- */
 
-/* A FIFO fed by a child with `head`, then `fill` bytes forever (until the
+/* A FIFO fed by a child with `head`, then `unit` over and over (until the
  * reader goes): a file of unbounded size that takes no disk. */
-static pid_t fifo_feed(const char *name, const char *head, char fill)
+static pid_t fifo_feed(const char *name, const char *head, const char *unit)
 {
     char *p = path_in(name);
     unlink(p);
@@ -241,8 +220,12 @@ static pid_t fifo_feed(const char *name, const char *head, char fill)
         if (write(fd, head, strlen(head)) < 0)
             _exit(1);
         char buf[65536];
-        memset(buf, fill, sizeof buf);
-        while (write(fd, buf, sizeof buf) > 0) {
+        size_t k = strlen(unit), n = 0;
+        while (n + k <= sizeof buf) {
+            memcpy(buf + n, unit, k);
+            n += k;
+        }
+        while (write(fd, buf, n) > 0) {
         }
         _exit(0);
     }
@@ -304,7 +287,7 @@ static void test_memory_triggers(void)
 
     /* A line that never ends, from a pipe: refused at 64 MiB. */
     pid_t w = fifo_feed("endless.jsonl", "{\"timestamp\": 0, \"input_length\": 7, "
-                                         "\"output_length\": 5, \"hash_ids\": [", ' ');
+                                         "\"output_length\": 5, \"hash_ids\": [", " ");
     refused("a Mooncake line that never ends (a pipe)",
             ar(20, "trace", "stats", path_in("endless.jsonl"), NULL), 10,
             "endless.jsonl:1:1: a line longer than 64 MiB", NULL);
@@ -418,8 +401,8 @@ static void test_extreme(void)
     /* Depends on the same: each run of the search holds 100,000 sessions. */
     r = ar(120, "plan", "--sessions", "100000", "--tp", "16", "--slo", "interactivity_p90=100",
            "--duration", "120", "--max-gpus", "256", NULL);
-    CHECK_TRIGGER(pending, r.status == 0 && strstr(slurp(path_in("out.txt")), "100000 sessions"),
-                  "plan --sessions 100000",
+    bool answered = strstr(tp_slurp(path_in("out.txt")), "100000 sessions") != NULL;
+    CHECK_TRIGGER(pending, r.status == 0 && answered, "plan --sessions 100000",
                   "plan --sessions 100000 answers within two minutes under 1 GB (exit %d, %.1f s)",
                   r.status, r.secs);
     printf("NOTE plan --sessions 100000: exit %d in %.2f s\n", r.status, r.secs);
@@ -500,7 +483,7 @@ static void test_writes(void)
         struct tp_caps c = {.timeout_s = 20, .out = "/dev/full", .err = path_in("err.txt"),
                             .err_fd = -1};
         struct tp_result r = tp_run(argv, &c);
-        const char *err = slurp(path_in("err.txt"));
+        const char *err = tp_slurp(path_in("err.txt"));
         CHECKF(r.status == 1 && strstr(err, "No space left on device"),
                "%s: exit 1 with a message (got %d: %s)", to_full[i].what, r.status, err);
     }
@@ -508,9 +491,9 @@ static void test_writes(void)
     CHECKF(r.status == 1, "trace synth -o /dev/full: exit 1 (got %d)", r.status);
     r = ar(30, "sim", "--duration", "120", "--quiet", "--chrome-trace", "/dev/full", "-o",
            path_in("w1"), NULL);
-    CHECKF(r.status == 1 && strstr(slurp(path_in("err.txt")), "--chrome-trace /dev/full"),
+    CHECKF(r.status == 1 && strstr(tp_slurp(path_in("err.txt")), "--chrome-trace /dev/full"),
            "sim --chrome-trace /dev/full: exit 1 naming it (got %d: %s)", r.status,
-           slurp(path_in("err.txt")));
+           tp_slurp(path_in("err.txt")));
     /* A full disk under the records: 50 KB may be written, then EFBIG. */
     char *argv[] = {(char *)bin, "sim", "--duration", "600", "--quiet", "-o", path_in("w2"), NULL};
     struct tp_caps c = {.timeout_s = 30, .fsize_mb = 50e3 / TP_MB, .ignore_xfsz = true,
@@ -519,9 +502,9 @@ static void test_writes(void)
     char run[600];
     snprintf(run, sizeof run, "%s/run.json", path_in("w2"));
     json_t *j = json_load_file(run, 0, NULL);
-    CHECKF(r.status == 1 && strstr(slurp(path_in("err.txt")), "writing records"),
+    CHECKF(r.status == 1 && strstr(tp_slurp(path_in("err.txt")), "writing records"),
            "sim on a full disk: exit 1 with the records' write error (got %d: %s)", r.status,
-           slurp(path_in("err.txt")));
+           tp_slurp(path_in("err.txt")));
     CHECKF(j && json_is_true(json_object_get(j, "partial")),
            "sim on a full disk: run.json says partial");
     json_decref(j);
@@ -579,14 +562,15 @@ static void test_messages(void)
         ssize_t n = 0, k;
         int fl = fcntl(m, F_GETFL);
         fcntl(m, F_SETFL, fl | O_NONBLOCK);
-        while (n < (ssize_t)sizeof buf - 1 && (k = read(m, buf + n, sizeof buf - 1 - (size_t)n)) > 0)
+        while (n < (ssize_t)sizeof buf - 1 &&
+               (k = read(m, buf + n, sizeof buf - 1 - (size_t)n)) > 0)
             n += k;
         buf[n > 0 ? n : 0] = 0;
         CHECKF(r.status == 0 && strstr(buf, "reading traces:"),
                "trace stats of %d files on a terminal shows progress on stderr (exit %d)",
                LIMIT_PROGRESS_FILES + 10, r.status);
         r = ar(20, "trace", "stats", many, NULL);
-        CHECKF(r.status == 0 && !strstr(slurp(path_in("err.txt")), "reading traces"),
+        CHECKF(r.status == 0 && !strstr(tp_slurp(path_in("err.txt")), "reading traces"),
                "... and none when stderr is not a terminal");
     }
     if (m >= 0)
@@ -611,7 +595,7 @@ static void signal_ends(const char *what, char *argv[], double delay_s, int sig,
     double after = mono_s() - ts;
     CHECKF(r.status == 1 && after < 1.0,
            "%s: %s ends it within one second with exit 1 (exit %d, %.2f s after the signal; %s)",
-           what, strsignal(sig), r.status, after, slurp(path_in("err.txt")));
+           what, strsignal(sig), r.status, after, tp_slurp(path_in("err.txt")));
     if (run_json) {
         json_t *j = json_load_file(run_json, 0, NULL);
         CHECKF(j && json_is_true(json_object_get(j, "partial")),
@@ -644,6 +628,17 @@ static void test_signals(void)
     char *a3[] = {(char *)bin, "plan", "--slo", "interactivity_p90=1", "--duration", "100000",
                   "--max-concurrency", "64", NULL};
     signal_ends("plan", a3, 1.0, SIGINT, NULL);
+    /* A trace that never ends (a pipe of Mooncake lines): the signal stops
+     * the read, and the run of what was read is interrupted at once. */
+    pid_t w = fifo_feed("endless-trace.jsonl", "",
+                        "{\"timestamp\": 0, \"input_length\": 700, \"output_length\": 5, "
+                        "\"hash_ids\": [1, 2]}\n");
+    out = path_in("sig4");
+    snprintf(run, sizeof run, "%s/run.json", out);
+    char *a4[] = {(char *)bin, "sim", "--trace", path_in("endless-trace.jsonl"), "--duration",
+                  "60", "--quiet", "-o", out, NULL};
+    signal_ends("sim reading a trace that never ends", a4, 0.5, SIGINT, run);
+    fifo_done(w);
 }
 
 /* ---- 9. the flag parser's fuzz harness over its seeds --------------------- */

@@ -99,9 +99,10 @@ static void serve_one(int fd, enum mode m)
     }
     const char *head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                        "Connection: close\r\n\r\n";
-    const char *ev = m == ENDLESS ? "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
-                   : m == ENDLESS_EMPTY ? "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"
-                                        : ": keep-alive\n\n";
+    const char *ev =
+        m == ENDLESS         ? "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
+        : m == ENDLESS_EMPTY ? "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+                             : ": keep-alive\n\n";
     if (write(fd, head, strlen(head)) < 0)
         _exit(0);
     char buf[16384];
@@ -159,27 +160,8 @@ static void server_stop(pid_t p)
     }
 }
 
-static char *path_in(const char *name)
-{
-    static char buf[64][512];
-    static int k;
-    k = (k + 1) % 64;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
+static char *path_in(const char *name) { return tp_path(tmp, name); }
 
-static char *slurp(const char *path)
-{
-    static char buf[1 << 16];
-    buf[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (f) {
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = 0;
-        fclose(f);
-    }
-    return buf;
-}
 
 /* A Mooncake trace of 4 calls of 20 output tokens each. */
 static void write_trace(void)
@@ -242,7 +224,7 @@ static void against(enum mode m, const char *want, const char *extra)
     struct tp_caps c = {.timeout_s = 30, .err = path_in("err.txt"), .err_fd = -1};
     struct tp_result r = tp_run(argv, &c);
     server_stop(srv);
-    const char *err = slurp(path_in("err.txt"));
+    const char *err = tp_slurp(path_in("err.txt"));
     CHECKF(r.status == 1 && r.secs < 15,
            "load against a server that %s, --grace none: ends in under 15 s with exit 1 (exit %d, "
            "%.1f s: %s)", mode_name(m), r.status, r.secs, err);
@@ -279,7 +261,7 @@ static void test_sigterm(void)
     server_stop(srv);
     CHECKF(r.status == 1 && after < 1.0,
            "SIGTERM ends load (calls in flight, --grace none) within one second, exit 1 (exit %d, "
-           "%.2f s; %s)", r.status, after, slurp(path_in("err.txt")));
+           "%.2f s; %s)", r.status, after, tp_slurp(path_in("err.txt")));
     json_t *j = json_load_file(run, 0, NULL);
     CHECKF(j && json_is_true(json_object_get(j, "partial")),
            "... and leaves a run.json that says partial");
@@ -300,15 +282,15 @@ static void test_too_long(void)
                   "-o", path_in("l1"), NULL};
     struct tp_caps c = {.timeout_s = 10, .err = path_in("err.txt"), .err_fd = -1};
     struct tp_result r = tp_run(a1, &c);
-    CHECKF(r.status == 2 && strstr(slurp(path_in("err.txt")), "--url"),
+    CHECKF(r.status == 2 && strstr(tp_slurp(path_in("err.txt")), "--url"),
            "a --url of 600 characters is refused, not cut (exit %d: %s)", r.status,
-           slurp(path_in("err.txt")));
+           tp_slurp(path_in("err.txt")));
     char *a2[] = {(char *)bin, "load", "--url", "http://127.0.0.1:9", "--api-key", key, "--model",
                   "m", "--trace", path_in("t.jsonl"), "-o", path_in("l2"), NULL};
     r = tp_run(a2, &c);
-    CHECKF(r.status == 2 && strstr(slurp(path_in("err.txt")), "--api-key"),
+    CHECKF(r.status == 2 && strstr(tp_slurp(path_in("err.txt")), "--api-key"),
            "an --api-key of 300 characters is refused, not cut (exit %d: %s)", r.status,
-           slurp(path_in("err.txt")));
+           tp_slurp(path_in("err.txt")));
     static char env[420];
     snprintf(env, sizeof env, "OPENAI_API_KEY=%s", key);
     char *a3[] = {(char *)bin, "load", "--url", "http://127.0.0.1:9", "--model", "m", "--trace",
@@ -316,9 +298,9 @@ static void test_too_long(void)
     struct tp_caps c3 = c;
     c3.env = env;
     r = tp_run(a3, &c3);
-    CHECKF(r.status == 2 && strstr(slurp(path_in("err.txt")), "$OPENAI_API_KEY"),
+    CHECKF(r.status == 2 && strstr(tp_slurp(path_in("err.txt")), "$OPENAI_API_KEY"),
            "an $OPENAI_API_KEY of 300 characters is refused, not cut (exit %d: %s)", r.status,
-           slurp(path_in("err.txt")));
+           tp_slurp(path_in("err.txt")));
 }
 
 /* Every call refused at once (nothing listens): the run must stop with a
@@ -340,7 +322,7 @@ static void test_closed_port(void)
     struct tp_result r = tp_run(argv, &c);
     CHECK_TRIGGER(pending, r.status == 1 && r.secs < 15, "load against a closed port",
                   "load against a closed port, every call refused at once: stops within 15 s with "
-                  "exit 1 (exit %d, %.1f s: %s)", r.status, r.secs, slurp(path_in("err.txt")));
+                  "exit 1 (exit %d, %.1f s: %s)", r.status, r.secs, tp_slurp(path_in("err.txt")));
     printf("NOTE load against a closed port: exit %d in %.2f s\n", r.status, r.secs);
 }
 

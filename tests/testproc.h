@@ -143,6 +143,31 @@ static inline struct tp_result tp_wait(pid_t p, double start, double timeout_s)
     return r;
 }
 
+/* The first 64 KiB of a small file, NUL-terminated ("" when absent);
+ * static storage, valid until the next call. */
+static inline char *tp_slurp(const char *path)
+{
+    static char buf[1 << 16];
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
+/* dir/name in a ring of 256 buffers (each valid for the next 255 calls). */
+static inline char *tp_path(const char *dir, const char *name)
+{
+    static char buf[256][512];
+    static int k;
+    k = (k + 1) % 256;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
 /* Hostile-input tests whose fix is another part's: each test file lists
  * them (by the start of their description) until that part is merged; a
  * failure of a listed test is shown as PENDING and not counted, a pass is
