@@ -11,6 +11,7 @@
 
 #include "traces/base/err.h"
 #include "traces/base/file.h"
+#include "traces/base/limits.h"
 
 /* ---- small JSON readers that name the field in their messages ---- */
 
@@ -679,9 +680,10 @@ int preset_load_model(const char *name_or_path, struct model_preset *m, char *er
     if (load_file(name_or_path, "models", path, sizeof path, err))
         return -1;
     size_t len;
-    char *text = file_read(path, &len, err);
+    char e2[ERR_LEN];
+    char *text = file_read_max(path, LIMIT_PRESET_BYTES, &len, e2);
     if (!text)
-        return -1;
+        return err_set(err, "--model: %s", e2);
     int rc = preset_parse_model(text, len, path, m, err);
     free(text);
     return rc;
@@ -693,9 +695,10 @@ int preset_load_gpu(const char *name_or_path, struct gpu_preset *g, char *err)
     if (load_file(name_or_path, "gpus", path, sizeof path, err))
         return -1;
     size_t len;
-    char *text = file_read(path, &len, err);
+    char e2[ERR_LEN];
+    char *text = file_read_max(path, LIMIT_PRESET_BYTES, &len, e2);
     if (!text)
-        return -1;
+        return err_set(err, "--gpu: %s", e2);
     int rc = preset_parse_gpu(text, len, path, g, err);
     free(text);
     return rc;

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "engine/accept.h"
+#include "engine/clock/loop.h"
 #include "engine/cost.h"
+#include "engine/engine.h"
 #include "engine/fidelity.h"
 #include "engine/preset.h"
 #include "replay/cli/cli.h"
@@ -204,6 +206,58 @@ static int fidelity_external(const struct fidelity_opts *o)
     return EXIT_OK;
 }
 
+/* Refuses a setup the deployment cannot hold, which would otherwise print
+ * a throughput for it: a context beyond the model's, a batch whose state
+ * slots or KV cache do not fit one replica (the engine's own memory plan,
+ * engine.h). 0, or -1 with a message naming the flags. */
+static int bench_check(const struct decode_opts *d, const struct model_preset *m, char *err)
+{
+    int64_t ctx = d->isl + d->osl;
+    if (ctx > m->max_position)
+        return err_set(err, "--isl %lld + --osl %lld = %lld tokens: more than %s's context of %lld",
+                       (long long)d->isl, (long long)d->osl, (long long)ctx, m->name,
+                       (long long)m->max_position);
+    struct engine_config ec;
+    engine_config_defaults(&ec);
+    if (strlen(d->model) >= sizeof ec.model || strlen(d->gpu) >= sizeof ec.gpu)
+        return err_set(err, "--model or --gpu: a name or path longer than %zu characters",
+                       sizeof ec.model - 1);
+    snprintf(ec.model, sizeof ec.model, "%s", d->model);
+    snprintf(ec.gpu, sizeof ec.gpu, "%s", d->gpu);
+    snprintf(ec.acceptance, sizeof ec.acceptance, "%s", d->acceptance);
+    snprintf(ec.calibration, sizeof ec.calibration, "%s", d->calibration);
+    ec.force_calibration = d->force;
+    ec.gpus = d->gpus;
+    ec.tp = d->tp;
+    ec.backend = d->backend;
+    ec.spec = d->spec;
+    ec.draft = d->draft;
+    ec.max_num_seqs = d->batch;
+    ec.max_model_len = ctx;
+    char e2[ERR_LEN];
+    struct loop *l = loop_virtual_create();
+    struct engine *e = engine_create(&ec, l, e2);
+    int rc = 0;
+    if (!e) {
+        rc = err_set(err, "--batch %d of --isl %lld + --osl %lld on %d x %s, TP%d: %s", d->batch,
+                     (long long)d->isl, (long long)d->osl, d->gpus, d->gpu, d->tp, e2);
+    } else {
+        json_t *j = engine_describe_json(e);
+        int64_t kv = (int64_t)json_integer_value(
+            json_object_get(json_object_get(j, "capacity"), "kv_tokens_per_replica"));
+        int64_t need = (int64_t)d->batch * ((ctx + ec.block_size - 1) / ec.block_size) *
+                       ec.block_size;
+        if (need > kv)
+            rc = err_set(err, "--batch %d of --isl %lld + --osl %lld needs %lld KV tokens; a "
+                              "replica of %d x %s at TP%d holds %lld", d->batch, (long long)d->isl,
+                         (long long)d->osl, (long long)need, d->tp, d->gpu, d->tp, (long long)kv);
+        json_decref(j);
+    }
+    engine_destroy(e);
+    loop_destroy(l);
+    return rc;
+}
+
 int engine_cmd_bench_decode(int argc, char **argv)
 {
     char err[ERR_LEN] = "";
@@ -213,7 +267,8 @@ int engine_cmd_bench_decode(int argc, char **argv)
         return rc;
     struct decode_setup s;
     struct cost_decode_run r;
-    if (decode_setup_open(&o.d, &s, err) || decode_setup_run(&o.d, &s, &r, err)) {
+    if (decode_setup_open(&o.d, &s, err) || bench_check(&o.d, &s.m, err) ||
+        decode_setup_run(&o.d, &s, &r, err)) {
         fprintf(stderr, "bench-decode: %s\n", err);
         decode_setup_close(&s);
         return EXIT_BADINPUT;

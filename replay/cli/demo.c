@@ -121,9 +121,10 @@ int replay_cmd_demo(int argc, char **argv)
     struct run_trace tr;
     struct run_env env = {.trace = &tr, .command = cmd, .chrome_kernel_step = -1};
     int64_t t0 = wall_ns();
-    if (run_trace_load(&tr, co->run.trace, &co->run.tro, err)) {
+    if ((rc = run_trace_load(&tr, co->run.trace, &co->run.tro, err))) {
         free(cmd);
-        return cli_bad("demo", err);
+        fprintf(stderr, "agentreplay demo: %s\n", err);
+        return rc;
     }
     int n;
     struct run_point *grid = grid_points(g, &co->base, out, &n, err);

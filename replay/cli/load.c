@@ -20,6 +20,7 @@
  * was a tenth of the generator's CPU per call at thousands of calls a
  * second. A run killed outright (SIGKILL) loses at most the last 100 ms of
  * records; Ctrl-C and SIGTERM lose nothing. */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -33,6 +34,7 @@
 #include "replay/results.h"
 #include "replay/run.h"
 #include "traces/base/err.h"
+#include "traces/base/limits.h"
 #include "traces/base/time_ns.h"
 
 #define RECORDS_BUFFER (64 * 1024)
@@ -44,7 +46,7 @@ struct load_opts {
     double lag_threshold_ms;
     char metrics_url[600];
     int gpus, tp;
-    bool url_given;
+    bool url_given, key_given;
 };
 
 static void load_init(void *opts)
@@ -52,8 +54,9 @@ static void load_init(void *opts)
     struct load_opts *o = opts;
     replay_config_defaults(&o->rc);
     http_target_config_defaults(&o->hc);
+    /* A key longer than the buffer is refused in load_cmd, never cut. */
     const char *key = getenv("OPENAI_API_KEY");
-    if (key)
+    if (key && strlen(key) <= LIMIT_API_KEY_BYTES)
         snprintf(o->hc.api_key, sizeof o->hc.api_key, "%s", key);
     o->lag_threshold_ms = 50;
     o->gpus = 1;
@@ -76,7 +79,7 @@ static const struct flag load_flags[] = {
     {"--model", 0, FLAG_BUF, FLAG_AT(O, hc.model), "NAME", "model sent",
      .def = "the server's first /v1/models"},
     {"--api-key", 0, FLAG_BUF, FLAG_AT(O, hc.api_key), "K", "Authorization: Bearer K",
-     .def = "$OPENAI_API_KEY"},
+     .def = "$OPENAI_API_KEY", .seen = FLAG_SEEN(O, key_given)},
     {"--connect-timeout", 0, FLAG_DURATION, FLAG_AT(O, hc.connect_timeout_ns), NULL,
      "connecting", .min = 0, .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_OPEN_MIN},
     {"--read-timeout", 0, FLAG_DURATION, FLAG_AT(O, hc.read_timeout_ns), NULL,
@@ -120,6 +123,7 @@ struct load {
     struct replay *rp;
     struct loop_timer scrape_timer;
     FILE *mtl;                   /* metrics_timeline.jsonl */
+    char mtl_err[ERR_LEN];       /* its first open or write error, "" if none */
     uint64_t scrapes, scrape_errors;
     int scrape_busy;
     /* schedule lag and cache figures, gathered from each record written */
@@ -178,10 +182,8 @@ static void scrape_done(void *arg, int status, const char *body, size_t len)
     }
     json_t *line = json_pack("{s:f,s:o}", "t_s", (double)loop_now(ld->loop) / 1e9, "samples", samples);
     char *s = json_dumps(line, JSON_COMPACT);
-    if (ld->mtl && s) {
-        fprintf(ld->mtl, "%s\n", s);
-        fflush(ld->mtl);
-    }
+    if (ld->mtl && s && (fprintf(ld->mtl, "%s\n", s) < 0 || fflush(ld->mtl)) && !ld->mtl_err[0])
+        snprintf(ld->mtl_err, sizeof ld->mtl_err, "metrics_timeline.jsonl: %s", strerror(errno));
     free(s);
     json_decref(line);
 }
@@ -204,6 +206,8 @@ static void started(void *arg, struct replay *r)
         char path[1200];
         snprintf(path, sizeof path, "%s/metrics_timeline.jsonl", ld->o->run.out);
         ld->mtl = fopen(path, "w");
+        if (!ld->mtl)
+            snprintf(ld->mtl_err, sizeof ld->mtl_err, "%.400s: %s", path, strerror(errno));
         loop_at(ld->loop, &ld->scrape_timer, loop_now(ld->loop), scrape_cb, ld);
     }
 }
@@ -293,6 +297,12 @@ int load_cmd(int argc, char **argv)
     if (rc >= 0)
         return rc;
     struct http_target_config *hc = &o.hc;
+    const char *env_key = getenv("OPENAI_API_KEY");
+    if (!o.key_given && env_key && strlen(env_key) > LIMIT_API_KEY_BYTES) {
+        snprintf(err, sizeof err, "$OPENAI_API_KEY: %zu characters, more than the %d a key may "
+                                  "have (give --api-key)", strlen(env_key), LIMIT_API_KEY_BYTES);
+        return cli_bad("load", err);
+    }
     if (!o.url_given || !o.run.trace || !o.run.out)
         return cli_bad("load", "--url, --trace and -o are required (see --help)");
     if (o.run.slo.n_objectives)
@@ -310,8 +320,10 @@ int load_cmd(int argc, char **argv)
     hc->gpus = o.gpus;
 
     struct run_trace tr;
-    if (run_trace_load(&tr, o.run.trace, &o.run.tro, err))
-        return cli_bad("load", err);
+    if ((rc = run_trace_load(&tr, o.run.trace, &o.run.tro, err))) {
+        fprintf(stderr, "agentreplay load: %s\n", err);
+        return rc;
+    }
     if (results_prepare_dir(o.run.out, o.run.force, err)) {
         run_trace_free(&tr);
         return cli_bad("load", err);
@@ -379,11 +391,23 @@ int load_cmd(int argc, char **argv)
                 (unsigned long long)res.sum.errors, (unsigned long long)res.sum.cancelled,
                 res.sum.ttft_ms.p90, res.sum.tpot_ms.p90, res.sum.interactivity.p90, ld.lag_ms.p99,
                 ld.degraded ? " (DEGRADED)" : "", o.run.out);
+    /* A run of nothing but errors is no measurement (exit 1, like an
+     * interrupted or failed run: traces/base/err.h). */
+    if (rc == EXIT_OK && run && res.sum.completed == 0) {
+        snprintf(err, sizeof err, "no call completed (%llu records, %llu errors): see %s/"
+                                  "requests.jsonl", (unsigned long long)res.sum.records,
+                 (unsigned long long)res.sum.errors, o.run.out);
+        rc = EXIT_FAIL;
+    }
+    if (ld.mtl && fclose(ld.mtl) && !ld.mtl_err[0])
+        snprintf(ld.mtl_err, sizeof ld.mtl_err, "metrics_timeline.jsonl: %s", strerror(errno));
+    if (rc == EXIT_OK && ld.mtl_err[0]) {
+        snprintf(err, sizeof err, "%s", ld.mtl_err);
+        rc = EXIT_FAIL;
+    }
     if (rc != EXIT_OK)
         fprintf(stderr, "agentreplay load: %s\n", err);
     json_decref(run);
-    if (ld.mtl)
-        fclose(ld.mtl);
     dvec_free(&ld.lags);
     target_destroy(ld.tg);
     loop_destroy(ld.loop);

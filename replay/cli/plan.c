@@ -71,6 +71,7 @@ struct plan_state {
     const char *out;
     struct plan_run runs[64];
     int n_runs;
+    int code;                   /* the exit code of a run that failed */
 };
 
 static int plan_eval(struct plan_state *ps, struct run_point *p, int x, bool *pass, char *err)
@@ -85,8 +86,10 @@ static int plan_eval(struct plan_state *ps, struct run_point *p, int x, bool *pa
         run_point_dirname(p->label, p->rc.concurrency, dn, sizeof dn);
         if (p->ec.gpus)
             snprintf(p->dir, sizeof p->dir, "%s/%dgpu-%s", ps->out, p->ec.gpus, dn);
-        if (results_prepare_dir(p->dir, true, err))
+        if (results_prepare_dir(p->dir, true, err)) {
+            ps->code = EXIT_FAIL;
             return -1;
+        }
     } else {
         p->dir[0] = 0;
     }
@@ -94,6 +97,7 @@ static int plan_eval(struct plan_state *ps, struct run_point *p, int x, bool *pa
     int rc = run_point_exec(ps->env, p, &run, err);
     if (rc != EXIT_OK) {
         json_decref(run);
+        ps->code = rc;
         return -1;
     }
     struct plan_run *r = &ps->runs[ps->n_runs < 64 ? ps->n_runs++ : 63];
@@ -192,7 +196,7 @@ static int plan_sessions(const struct plan_opts *o, const struct run_env *env, c
             int fail = 0;
             int best = plan_search(&ps, &p, o->max_conc, false, &fail, err);
             if (best < 0)
-                return strstr(err, "interrupted") ? EXIT_FAIL : EXIT_BADINPUT;
+                return ps.code ? ps.code : EXIT_BADINPUT;
             printf("%-32s %d GPUs: %d live sessions%s\n", p.label, p.ec.gpus, best,
                    fail ? "" : " (or more: not bracketed, raise --max-concurrency)");
             if (best)
@@ -218,7 +222,7 @@ static int plan_gpus(const struct plan_opts *o, const struct run_env *env, char 
         int fail = 0;
         int reps = plan_search(&ps, &p, o->max_gpus / (tp > 0 ? tp : 1), true, &fail, err);
         if (reps < 0)
-            return strstr(err, "interrupted") ? EXIT_FAIL : EXIT_BADINPUT;
+            return ps.code ? ps.code : EXIT_BADINPUT;
         const char *be = engine_backend_name(p.ec.backend);
         if (!reps) {
             printf("%s TP%d: no GPU count up to %d sustains %d sessions\n", be, tp, o->max_gpus,
@@ -253,11 +257,12 @@ int replay_cmd_plan(int argc, char **argv)
     char *cmd = cli_command_line(argc, argv);
     struct run_trace tr;
     struct run_env env = {.trace = &tr, .command = cmd, .chrome_kernel_step = -1};
-    if (run_trace_load(&tr, co->run.trace, &co->run.tro, err)) {
-        free(cmd);
-        return cli_bad("plan", err);
-    }
     run_signals_install();
+    if ((rc = run_trace_load(&tr, co->run.trace, &co->run.tro, err))) {
+        free(cmd);
+        fprintf(stderr, "agentreplay plan: %s\n", err);
+        return rc;
+    }
     printf("plan: SLO");
     for (int k = 0; k < slo->n_objectives; k++)
         printf(" %s %s %g", slo->objectives[k].name, slo->objectives[k].at_least ? ">=" : "<=",

@@ -159,8 +159,6 @@ int replay_cmd_sim(int argc, char **argv)
         return rc;
     if (!o.co.run.out)
         return cli_bad("sim", "-o DIR is required");
-    if (results_prepare_dir(o.co.run.out, o.co.run.force, err))
-        return cli_bad("sim", err);
     char *cmd = cli_command_line(argc, argv);
     struct run_trace tr;
     struct run_env env = {.trace = &tr, .command = cmd, .progress = isatty(2),
@@ -168,13 +166,20 @@ int replay_cmd_sim(int argc, char **argv)
     /* From here on a signal ends the run with partial results (an early one
      * at the first tick) instead of killing the process. */
     run_signals_install();
-    if (run_trace_load(&tr, o.co.run.trace, &o.co.run.tro, err)) {
+    if ((rc = run_trace_load(&tr, o.co.run.trace, &o.co.run.tro, err))) {
         free(cmd);
-        return cli_bad("sim", err);
+        fprintf(stderr, "agentreplay sim: %s\n", err);
+        return rc;
     }
     struct run_point p = o.co.base;
     if (!p.label[0])
         run_point_label(&p);
+    /* Inputs that can only fail are refused before the folder is made. */
+    if (run_point_check(&env, &p, err) || results_prepare_dir(o.co.run.out, o.co.run.force, err)) {
+        run_trace_free(&tr);
+        free(cmd);
+        return cli_bad("sim", err);
+    }
     int repeats = o.repeats;
     json_t **runs = xcalloc((size_t)repeats, sizeof *runs);
     uint64_t *seeds = xcalloc((size_t)repeats, sizeof *seeds);

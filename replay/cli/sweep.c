@@ -67,9 +67,10 @@ int replay_cmd_sweep(int argc, char **argv)
     struct run_trace tr;
     struct run_env env = {.trace = &tr, .command = cmd, .chrome_kernel_step = -1};
     run_signals_install();
-    if (run_trace_load(&tr, co->run.trace, &co->run.tro, err)) {
+    if ((rc = run_trace_load(&tr, co->run.trace, &co->run.tro, err))) {
         free(cmd);
-        return cli_bad("sweep", err);
+        fprintf(stderr, "agentreplay sweep: %s\n", err);
+        return rc;
     }
     int n;
     struct run_point *pts = grid_points(&co->grid, &co->base, co->run.out, &n, err);

@@ -6,6 +6,7 @@
  */
 #include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "replay/run.h"
 #include "traces/trace.h"
 #include "traces/base/err.h"
+#include "traces/base/limits.h"
 
 struct stats_opts {
     struct trace_read_opts tro;
@@ -80,40 +82,48 @@ static void synth_init(void *opts)
 }
 
 #define O struct synth_opts
-#define DIST(flag, member, what)                                                           \
-    {flag, 0, FLAG_DOUBLE, FLAG_AT(O, p.member), "X", what, .fmin = -DBL_MAX, .fmax = DBL_MAX}
+/* Distribution parameters, bounded in the table so that a message names
+ * the flag (the generator's own checks, traces/synth.c, say which kind). */
+#define DIST(flag, member, what, lo, hi)                                                  \
+    {flag, 0, FLAG_DOUBLE, FLAG_AT(O, p.member), "X", what, .fmin = lo, .fmax = hi}
+#define MU(flag, member, what) DIST(flag, member, what, -20, 20)
+#define SIGMA(flag, member, what) DIST(flag, member, what, 0, 10)
 static const struct flag synth_flags[] = {
     {"--sessions", 0, FLAG_INT64, FLAG_AT(O, sessions), NULL, "root sessions (required)",
      .def = "", .min = 1, .max = 10000000},
     {"--seed", 0, FLAG_U64, FLAG_AT(O, p.seed), "S", "random seed", .def = NULL},
     {"--out", 'o', FLAG_STR, FLAG_AT(O, out), "OUT", "the native trace written (required)", .def = NULL},
     {"--block-size", 0, FLAG_INT64, FLAG_AT(O, p.block_size), NULL, "tokens per block",
-     .min = 0, .max = INT64_MAX},
-    DIST("--initial-mu", initial_mu, "lognormal first prompt (tokens): mu"),
-    DIST("--initial-sigma", initial_sigma, "lognormal first prompt: sigma"),
-    DIST("--calls-mu", calls_mu, "lognormal calls per root session: mu"),
-    DIST("--calls-sigma", calls_sigma, "lognormal calls per root session: sigma"),
-    DIST("--growth-mu", growth_mu, "lognormal new tokens per call: mu"),
-    DIST("--growth-sigma", growth_sigma, "lognormal new tokens per call: sigma"),
-    DIST("--output-mu", output_mu, "lognormal output tokens: mu"),
-    DIST("--output-sigma", output_sigma, "lognormal output tokens: sigma"),
-    DIST("--think-mu", think_mu, "lognormal think time (s): mu"),
-    DIST("--think-sigma", think_sigma, "lognormal think time: sigma"),
-    DIST("--think-max", think_max_s, "cap on one think time (s)"),
-    DIST("--api-per-ktok", api_s_per_ktok, "recorded api time per 1k output tokens (s)"),
-    DIST("--subagent-p", subagent_p, "chance a call forks a subagent"),
+     .min = 1, .max = 1048576},
+    MU("--initial-mu", initial_mu, "lognormal first prompt (tokens): mu"),
+    SIGMA("--initial-sigma", initial_sigma, "lognormal first prompt: sigma"),
+    MU("--calls-mu", calls_mu, "lognormal calls per root session: mu"),
+    SIGMA("--calls-sigma", calls_sigma, "lognormal calls per root session: sigma"),
+    MU("--growth-mu", growth_mu, "lognormal new tokens per call: mu"),
+    SIGMA("--growth-sigma", growth_sigma, "lognormal new tokens per call: sigma"),
+    MU("--output-mu", output_mu, "lognormal output tokens: mu"),
+    SIGMA("--output-sigma", output_sigma, "lognormal output tokens: sigma"),
+    MU("--think-mu", think_mu, "lognormal think time (s): mu"),
+    SIGMA("--think-sigma", think_sigma, "lognormal think time: sigma"),
+    DIST("--think-max", think_max_s, "cap on one think time (s)", 0, 1e6),
+    DIST("--api-per-ktok", api_s_per_ktok, "recorded api time per 1k output tokens (s)", 0, 1e4),
+    DIST("--subagent-p", subagent_p, "chance a call forks a subagent", 0, 1),
     {"--subagent-calls", 0, FLAG_INT64, FLAG_AT(O, subagent_calls), NULL,
-     "mean calls of a subagent (at most 100000 used)", .min = 0, .max = INT64_MAX},
-    DIST("--subagent-initial", subagent_initial, "subagent first prompt (tokens)"),
-    DIST("--compact-p", compact_p, "chance a call compacts its context"),
-    DIST("--compact-keep", compact_keep, "fraction a compaction keeps"),
+     "mean calls of a subagent", .min = 0, .max = 100000},
+    DIST("--subagent-initial", subagent_initial, "subagent first prompt (tokens)", 1, 1e8),
+    DIST("--compact-p", compact_p, "chance a call compacts its context", 0, 1),
+    {"--compact-keep", 0, FLAG_DOUBLE, FLAG_AT(O, p.compact_keep), "X",
+     "fraction a compaction keeps", .fmin = 0, .fmax = 1, .opts = FLAG_OPEN_MIN},
     {"--max-prompt", 0, FLAG_INT64, FLAG_AT(O, p.max_prompt), NULL, "context limit (tokens)",
-     .min = 0, .max = INT64_MAX},
-    {"--model", 0, FLAG_STR, FLAG_AT(O, p.model), "NAME", "model name recorded", .def = NULL},
+     .min = 4, .max = 100000000},
+    {"--model", 0, FLAG_STR, FLAG_AT(O, p.model), "NAME", "model name recorded", .def = NULL,
+     .max_len = LIMIT_NAME_BYTES},
     {"--subagent-model", 0, FLAG_STR, FLAG_AT(O, p.subagent_model), "NAME",
-     "subagents' model name recorded", .def = NULL},
+     "subagents' model name recorded", .def = NULL, .max_len = LIMIT_NAME_BYTES},
     FLAG_END,
 };
+#undef MU
+#undef SIGMA
 #undef DIST
 
 const struct flag_spec trace_synth_spec = {
@@ -142,12 +152,15 @@ int trace_cmd_stats(int argc, char **argv)
         free(paths);
         return prc;
     }
-    const struct trace_read_opts o = so.tro;
+    struct trace_read_opts o = so.tro;
     bool json = so.json;
     int rc = EXIT_OK;
     for (int i = 0; i < n; i++) {
         char err[ERR_LEN];
+        struct run_read_progress rp;
+        run_read_progress_attach(&rp, &o);
         struct trace *t = trace_read(paths[i], &o, err);
+        run_read_progress_end(&rp);
         if (!t) {
             fprintf(stderr, "agentreplay: %s\n", err);
             rc = EXIT_BADINPUT;
@@ -234,7 +247,22 @@ int trace_cmd_synth(int argc, char **argv)
         return cli_bad("trace synth", "--sessions N and -o OUT are required");
     struct trace_synth_params p = so.p;
     p.sessions = (uint32_t)so.sessions;
-    p.subagent_calls_mean = (uint32_t)(so.subagent_calls > 100000 ? 100000 : so.subagent_calls);
+    p.subagent_calls_mean = (uint32_t)so.subagent_calls;
+    /* The trace's expected size (calls per root are lognormal, at most
+     * 100,000; each call forks a subagent with --subagent-p) against
+     * limits.h, before anything is generated. */
+    double per_root = exp(p.calls_mu + p.calls_sigma * p.calls_sigma / 2);
+    if (!(per_root < 1e5))
+        per_root = 1e5;
+    double calls = (double)p.sessions * per_root *
+                   (1 + p.subagent_p * (p.subagent_calls_mean ? p.subagent_calls_mean : 1));
+    if (calls > LIMIT_SYNTH_CALLS) {
+        char e2[ERR_LEN];
+        snprintf(e2, sizeof e2, "--sessions %u with these distributions makes about %.3g calls, "
+                                "more than the %g a synthetic trace may have", p.sessions, calls,
+                 LIMIT_SYNTH_CALLS);
+        return cli_bad("trace synth", e2);
+    }
     const char *out = so.out;
     char err[ERR_LEN];
     struct trace *t = trace_synth(&p, err);
