@@ -104,7 +104,12 @@ build/fuzz/%.o: %.c
 	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -DAGENTREPLAY_DATADIR='"$(PREFIX)/share/agentreplay"' -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
 # Kept between runs (make would delete them as intermediates).
 .SECONDARY: $(FUZZ_LIB_OBJ)
-build/fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_LIB_OBJ)
+# Linked from an archive: a harness pulls in only the objects it uses (the
+# command registry, which names the kernels command, stays out).
+build/fuzz/libfuzz.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+build/fuzz/fuzz_%: tests/fuzz_%.c build/fuzz/libfuzz.a
 	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined $^ -o $@ $(LDLIBS)
 fuzz: deps-ok $(FUZZ_BIN)
 	@SHARED=$(SHARED) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz.sh $(FUZZ_BIN)

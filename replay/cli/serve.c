@@ -41,7 +41,7 @@ static int parse_listen(const char *name, const char *v, void *group, char *err)
     if (!colon || (size_t)(colon - v) >= sizeof o->host || colon == v)
         return err_set(err, "%s '%s': expected HOST:PORT (an IPv6 host in brackets: [::1]:8000)",
                        name, v);
-    if (v[0] == '[' && colon[-1] != ']')
+    if ((v[0] == '[') != (colon[-1] == ']') || (v[0] != '[' && memchr(v, ':', (size_t)(colon - v))))
         return err_set(err, "%s '%s': an IPv6 host goes in brackets: [::1]:8000", name, v);
     int64_t p;
     if (parse_i64(colon + 1, &p, NULL) || p < 0 || p > 65535)
