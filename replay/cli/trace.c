@@ -284,8 +284,9 @@ int trace_cmd_convert(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "agentreplay: %s\n", err);
     } else {
-        fprintf(stderr, "%s: %u calls in %u sessions written (%s)\n", out, t->n_calls, t->n_sessions,
-                to_choices[co.to == TO_WEKA_JSONL ? 3 : co.to == TO_MOONCAKE ? 4 : co.to].name);
+        static const char *const names[] = {"", " (weka)", " (weka-jsonl)", " (mooncake)"};
+        fprintf(stderr, "%s: %u calls in %u sessions written%s\n", out, t->n_calls, t->n_sessions,
+                names[co.to]);
         convert_notes(t, co.to, out);
     }
     trace_destroy(t);
