@@ -141,6 +141,7 @@ static void test_routes(void)
                json_array_size(json_object_get(json_array_get(d, 0), "permission")) == 1,
            "/v1/models: both names, root, max_model_len, permission (%s)", r.body);
     json_decref(j);
+    th_resp_free(&r);
     /* HEAD on every GET route: the GET's head, no body. */
     const char *gets[] = {"/health", "/ping", "/version", "/load", "/v1/models", "/metrics"};
     for (size_t i = 0; i < ARRAY_LEN(gets); i++) {
@@ -432,7 +433,7 @@ static void test_limits(void)
     CHECK(err_is(&r, 400, "BadRequestError", "max_tokens", "max_tokens must be at least 1, got 0."), "max_tokens 0: 400");
     th_resp_free(&r);
     /* Prompts at and past the context. */
-    char p100[400] = "", p101[400] = "";
+    char p100[400] = "", p101[420] = "";
     for (int i = 0; i < 100; i++)
         strcat(p100, "w ");
     snprintf(p101, sizeof p101, "%sw", p100);

@@ -144,6 +144,9 @@ void httpd_conn_abort(struct httpd_conn *c);
 void httpd_conn_on_close(struct httpd_conn *c, void (*fn)(void *ctx), void *ctx);
 /* Bytes queued and not yet written. */
 size_t httpd_conn_queued(const struct httpd_conn *c);
+/* The client has shut down its sending side (a half-close, or a close not
+ * yet noticed by a failed write). */
+bool httpd_conn_peer_closed(const struct httpd_conn *c);
 
 /* In-memory connections (tests, fuzzing). */
 struct httpd_conn *httpd_conn_mem_create(struct httpd *s);

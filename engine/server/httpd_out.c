@@ -316,3 +316,5 @@ void httpd_stream_end(struct httpd_conn *c)
 }
 
 size_t httpd_conn_queued(const struct httpd_conn *c) { return c->out_len; }
+
+bool httpd_conn_peer_closed(const struct httpd_conn *c) { return c->eof; }

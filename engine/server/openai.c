@@ -64,6 +64,22 @@ int openai_check_model(struct openai_server *s, struct httpd_conn *c, const char
     return -1;
 }
 
+json_t *openai_load_request(struct openai_server *s, struct httpd_conn *c, const struct httpd_request *r,
+                            const char *route)
+{
+    struct openai_bad bad;
+    json_t *req = openai_req_load(r->body, r->body_len, route, &bad);
+    if (!req) {
+        openai_respond_bad(c, &bad);
+        return NULL;
+    }
+    if (openai_check_model(s, c, json_string_value(json_object_get(req, "model")))) {
+        json_decref(req);
+        return NULL;
+    }
+    return req;
+}
+
 /* ---- API keys ---- */
 
 /* Compares the whole given key with the server's in time that depends on

@@ -337,7 +337,12 @@ static void on_chunk(struct target_call *c, int64_t t, int64_t tokens)
     ch->emitted += tokens;
     q->emitted += tokens;
     if (q->c && q->disconnect_at >= 0 && q->emitted >= q->disconnect_at) {
-        s->faults_disconnect++;
+        /* A client that has already closed its side (its own timeout) is
+         * gone, not cut by the fault. */
+        if (httpd_conn_peer_closed(q->c))
+            s->client_gone++;
+        else
+            s->faults_disconnect++;
         httpd_conn_abort(q->c);
         q->c = NULL;
         cancel_soon(q);
@@ -497,18 +502,12 @@ void openai_handle_completion(struct openai_server *s, struct httpd_conn *c,
     double u_err = rng_uniform(&s->fault_rng), u_disc = rng_uniform(&s->fault_rng);
     double u_stall = rng_uniform(&s->fault_rng);
     uint64_t cut = rng_next(&s->fault_rng);
-    struct openai_bad bad;
-    json_t *req = openai_req_load(r->body, r->body_len, chat ? "chat" : "completions", &bad);
+    json_t *req = openai_load_request(s, c, r, chat ? "chat" : "completions");
     if (!req) {
         s->completions_failed++;
-        openai_respond_bad(c, &bad);
         return;
     }
-    if (openai_check_model(s, c, json_string_value(json_object_get(req, "model")))) {
-        s->completions_failed++;
-        json_decref(req);
-        return;
-    }
+    struct openai_bad bad;
     char msg[256];
     int64_t n = openai_req_int(req, "n", 1);
     if (n < 1 || n > OPENAI_MAX_CHOICES) {

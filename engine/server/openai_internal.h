@@ -127,6 +127,11 @@ void openai_respond_error(struct httpd_conn *c, int status, const char *type, co
  * name the first model, as vLLM's _is_model_supported). */
 int openai_check_model(struct openai_server *s, struct httpd_conn *c, const char *name);
 
+/* A request body checked (openai_req_load) and naming a served model
+ * (openai_check_model); NULL after answering 400 or 404. Caller owns. */
+json_t *openai_load_request(struct openai_server *s, struct httpd_conn *c, const struct httpd_request *r,
+                            const char *route);
+
 /* ---- request bodies (openai_req.c) ---- */
 
 /* An error found in a request body: HTTP status, vLLM's error type,

@@ -119,16 +119,10 @@ static void put_json_str(struct out *o, const char *s, size_t n)
 void openai_handle_tokenize(struct openai_server *s, struct httpd_conn *c,
                             const struct httpd_request *r)
 {
+    json_t *req = openai_load_request(s, c, r, "tokenize");
+    if (!req)
+        return;
     struct openai_bad bad;
-    json_t *req = openai_req_load(r->body, r->body_len, "tokenize", &bad);
-    if (!req) {
-        openai_respond_bad(c, &bad);
-        return;
-    }
-    if (openai_check_model(s, c, json_string_value(json_object_get(req, "model")))) {
-        json_decref(req);
-        return;
-    }
     int chat = json_object_get(req, "messages") != NULL;
     int strs = openai_req_bool(req, "return_token_strs", 0);
     size_t len;
@@ -180,16 +174,9 @@ void openai_handle_tokenize(struct openai_server *s, struct httpd_conn *c,
 void openai_handle_detokenize(struct openai_server *s, struct httpd_conn *c,
                               const struct httpd_request *r)
 {
-    struct openai_bad bad;
-    json_t *req = openai_req_load(r->body, r->body_len, "detokenize", &bad);
-    if (!req) {
-        openai_respond_bad(c, &bad);
+    json_t *req = openai_load_request(s, c, r, "detokenize");
+    if (!req)
         return;
-    }
-    if (openai_check_model(s, c, json_string_value(json_object_get(req, "model")))) {
-        json_decref(req);
-        return;
-    }
     json_t *ids = json_object_get(req, "tokens");
     struct out o = {0};
     put(&o, "{\"prompt\":\"", 11);
