@@ -16,10 +16,10 @@
 #include "engine/server/openai.h"
 #include "traces/base/err.h"
 
-static struct loop *l;
-static struct openai_server *s;
+static struct loop *fo_loop;      /* shared by every input */
+static struct openai_server *fo_srv;
 
-static void setup(void)
+static void fo_setup(void)
 {
     struct openai_config c;
     openai_config_defaults(&c);
@@ -32,17 +32,17 @@ static void setup(void)
     c.n_names = 2;
     c.max_body_mb = 1;
     char err[ERR_LEN];
-    l = loop_virtual_create();
-    s = openai_create(&c, l, err);
-    ASSERT(s);
+    fo_loop = loop_virtual_create();
+    fo_srv = openai_create(&c, fo_loop, err);
+    ASSERT(fo_srv);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
-    if (!s)
-        setup();
+    if (!fo_srv)
+        fo_setup();
     char *buf = NULL;
     const char *in = (const char *)data + 2;
     size_t n = size - 2;
@@ -59,13 +59,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         in = buf;
         n += (size_t)h;
     }
-    struct httpd_conn *c = httpd_conn_mem_create(openai_httpd(s));
+    struct httpd_conn *c = httpd_conn_mem_create(openai_httpd(fo_srv));
     size_t piece = 1 + (size_t)(data[0] >> 1);
     for (size_t i = 0; i < n; i += piece) {
         size_t k = n - i < piece ? n - i : piece;
         if (httpd_conn_mem_feed(c, in + i, k))
             break;
-        loop_run(l); /* the backend runs every request to its end */
+        loop_run(fo_loop); /* the backend runs every request to its end */
         size_t out;
         httpd_conn_mem_output(c, &out);
         /* A whole answer: at most 8 choices of 2048 words of 16 bytes. */
@@ -73,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         httpd_conn_mem_clear(c);
     }
     httpd_conn_mem_destroy(c);
-    loop_run(l);
+    loop_run(fo_loop);
     free(buf);
     return 0;
 }
