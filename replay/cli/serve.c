@@ -120,7 +120,10 @@ const struct flag_spec serve_spec = {
     .size = sizeof(O),
     .init = serve_init,
     .groups = {{"serve", serve_flags, 0}, {"engine", engine_flags, offsetof(O, cfg.engine)}},
-    .notes = "The engine runs stepwise and each chunk is streamed when produced;\n"
+    .notes = "Routes and answers as vLLM's server (engine/server/SERVER.md); every\n"
+             "limit in engine/server/openai.h. Requests are checked against the\n"
+             "context: --max-model-len, else the model's (--fake too).\n"
+             "The engine runs stepwise and each chunk is streamed when produced;\n"
              "chunks a stream produces in the same loop iteration leave in one\n"
              "write (the fast mode for load tests: --fake --fake-ttft-ms 0\n"
              "--fake-tpot-ms 0, or a large --time-scale).",
