@@ -161,3 +161,21 @@ conformance: conformance-plan
 conformance-plan: ./agentreplay
 	@AIPERF_VENV=$(AIPERF_VENV) sh tests/conformance/plan/run.sh ./agentreplay \
 	  build/conformance/plan $(TRACES) tests/conformance/plan/cases synth:40:7
+
+# ---- conformance-peers: AIPerf, GuideLLM and vllm bench serve against serve ----
+# (tests/conformance/peers/run.sh; figures in replay/CONFORMANCE.md, "Peers").
+# The venvs are made on first use from PyPI (peers-venvs); point
+# AIPERF_VENV, GUIDELLM_VENV, VLLM_VENV at existing ones to reuse them.
+# Not part of `make test`; about 5 minutes.
+AIPERF_VENV ?= build/aiperf
+GUIDELLM_VENV ?= build/guidellm
+VLLM_VENV ?= build/vllm
+PEERS_N1 ?= 16
+PEERS_N2 ?= 96
+PEERS_ENV = AIPERF_VENV=$(AIPERF_VENV) GUIDELLM_VENV=$(GUIDELLM_VENV) VLLM_VENV=$(VLLM_VENV)
+.PHONY: conformance conformance-peers peers-venvs
+conformance: conformance-peers
+peers-venvs:
+	@$(PEERS_ENV) sh tests/conformance/peers/venvs.sh
+conformance-peers: ./agentreplay peers-venvs
+	@$(PEERS_ENV) N1=$(PEERS_N1) N2=$(PEERS_N2) sh tests/conformance/peers/run.sh ./agentreplay build/conformance/peers

@@ -36,6 +36,8 @@ static int run(int argc, char **argv)
         cli_usage(stdout);
         return EXIT_OK;
     }
+    if (!strcmp(argv[1], "--version"))
+        argv[1] = "version";
     for (const struct cli_command *c = cli_commands; c->name; c++)
         if (!strcmp(argv[1], c->name))
             return c->fn(argc - 1, argv + 1);

@@ -1,7 +1,8 @@
 /* trace.c: the `trace` command: stats, convert and synth.
  *
  *   agentreplay trace stats PATH... [--json] [--format F] [--skip-bad]
- *   agentreplay trace convert IN -o OUT [--format F] [--skip-bad]
+ *   agentreplay trace convert IN -o OUT [--to native|weka|weka-jsonl|mooncake] [--force]
+ *                                       [--format F] [--skip-bad]
  *   agentreplay trace synth --sessions N --seed S -o OUT [distribution flags]
  */
 #include <float.h>
@@ -11,9 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "replay/cli/cli.h"
 #include "replay/run.h"
 #include "traces/trace.h"
+#include "traces/trace_write.h"
 #include "traces/base/err.h"
 #include "traces/base/limits.h"
 
@@ -45,20 +49,42 @@ const struct flag_spec trace_stats_spec = {
     .notes = FORMATS_NOTE,
 };
 
+enum convert_to { TO_NATIVE, TO_WEKA, TO_WEKA_JSONL, TO_MOONCAKE };
+
 struct convert_opts {
     struct trace_read_opts tro;
     const char *out;
+    int to;
+    bool force;
+};
+
+static const struct flag_choice to_choices[] = {
+    {"native", TO_NATIVE, false},
+    {"weka", TO_WEKA, false},
+    {"agentx", TO_WEKA, true},
+    {"weka-jsonl", TO_WEKA_JSONL, false},
+    {"mooncake", TO_MOONCAKE, false},
+    {NULL, 0, false},
 };
 
 static const struct flag convert_flags[] = {
     {"--out", 'o', FLAG_STR, FLAG_AT(struct convert_opts, out), "OUT",
-     "the native trace written (required)", .def = NULL},
+     "what is written (required): a file, or a folder\nfor weka", .def = NULL},
+    {"--to", 0, FLAG_CHOICE, FLAG_AT(struct convert_opts, to), "FORMAT", "the format written",
+     .choices = to_choices},
+    {"--force", 0, FLAG_BOOL, FLAG_AT(struct convert_opts, force), NULL,
+     "write over the input itself, or replace the\n*.json files of a weka folder", .value = true},
     FLAG_END,
 };
 
 const struct flag_spec trace_convert_spec = {
-    .usage = "agentreplay trace convert IN -o OUT [--format F] [--skip-bad]",
-    .about = "Writes a trace in the native format (traces/FORMAT.md).",
+    .usage = "agentreplay trace convert IN -o OUT [--to FORMAT] [--force] [--format F] [--skip-bad]",
+    .about = "Writes a trace in the native format, or in the formats AIPerf,\n"
+             "GuideLLM and vLLM's benchmark read (traces/FORMAT.md, \"Writing traces\"):\n"
+             "weka (a folder of JSON files, one per session tree, AIPerf's\n"
+             "weka_trace), weka-jsonl (the same, one a line, GuideLLM's weka) and\n"
+             "mooncake (JSONL, AIPerf's mooncake_trace, GuideLLM, vLLM's\n"
+             "timed_trace).",
     .operands = "IN",
     .min_operands = 1,
     .max_operands = 1,
@@ -206,6 +232,37 @@ int trace_cmd_stats(int argc, char **argv)
     return rc;
 }
 
+/* True when path names in itself (or, for a folder, a file in it). */
+static bool same_place(const char *in, const char *out)
+{
+    struct stat a, b;
+    if (stat(in, &a) || stat(out, &b))
+        return false;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* What the written format cannot hold, for stderr. */
+static void convert_notes(const struct trace *t, int to, const char *out)
+{
+    uint32_t nested = 0, subs = t->n_sessions - t->n_roots;
+    for (uint32_t i = 0; i < t->n_sessions; i++) {
+        uint32_t p = t->sessions[i].parent;
+        nested += p != TRACE_NONE && t->sessions[p].parent != TRACE_NONE;
+    }
+    if (to == TO_MOONCAKE)
+        fprintf(stderr, "%s: Mooncake keeps arrivals (ms), lengths and 512-token prefix blocks; "
+                        "sessions (%u), subagents (%u), think/api/ttft times and models are not kept\n",
+                out, t->n_roots, subs);
+    if ((to == TO_WEKA || to == TO_WEKA_JSONL) && t->global_scope && t->n_roots > 1)
+        fprintf(stderr, "%s: Weka ids are per session tree: prefixes shared across the %u sessions of "
+                        "this global-scope trace are not kept (--to mooncake keeps them)\n",
+                out, t->n_roots);
+    if ((to == TO_WEKA || to == TO_WEKA_JSONL) && nested)
+        fprintf(stderr, "%s: %u subagents of subagents are written as subagents of their root "
+                        "(AIPerf's schema has one level)\n",
+                out, nested);
+}
+
 int trace_cmd_convert(int argc, char **argv)
 {
     struct convert_opts co;
@@ -219,6 +276,10 @@ int trace_cmd_convert(int argc, char **argv)
     const struct trace_read_opts o = co.tro;
     const char *in = ops[0], *out = co.out;
     char err[ERR_LEN];
+    if (same_place(in, out) && !co.force) {
+        snprintf(err, sizeof err, "-o %s is the input itself; --force writes over it", out);
+        return cli_bad("trace convert", err);
+    }
     struct trace *t = trace_read(in, &o, err);
     if (!t) {
         fprintf(stderr, "agentreplay: %s\n", err);
@@ -227,12 +288,20 @@ int trace_cmd_convert(int argc, char **argv)
     if (t->skipped_records)
         fprintf(stderr, "agentreplay: %s: skipped %llu bad records\n", in,
                 (unsigned long long)t->skipped_records);
-    rc = trace_write_native(t, out, err);
-    if (rc)
+    switch (co.to) {
+    case TO_WEKA: rc = trace_write_weka(t, out, co.force, err); break;
+    case TO_WEKA_JSONL: rc = trace_write_weka_jsonl(t, out, err); break;
+    case TO_MOONCAKE: rc = trace_write_mooncake(t, out, err); break;
+    default: rc = trace_write_native(t, out, err); break;
+    }
+    if (rc) {
         fprintf(stderr, "agentreplay: %s\n", err);
-    else
-        fprintf(stderr, "%s: %u calls in %u sessions written\n", out, t->n_calls,
-                t->n_sessions);
+    } else {
+        static const char *const names[] = {"", " (weka)", " (weka-jsonl)", " (mooncake)"};
+        fprintf(stderr, "%s: %u calls in %u sessions written%s\n", out, t->n_calls, t->n_sessions,
+                names[co.to]);
+        convert_notes(t, co.to, out);
+    }
     trace_destroy(t);
     return rc ? EXIT_FAIL : EXIT_OK;
 }
