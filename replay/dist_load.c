@@ -609,8 +609,15 @@ int dist_load_end(struct dist_load *dl, const void *extra, size_t extra_len, cha
         char e2[ERR_LEN];
         if (dist_post(0, TAG_END, m, len, e2) && !dl->err[0])
             snprintf(dl->err, sizeof dl->err, "%s", e2);
-        /* A signal means the job is ending: what cannot go now is lost. */
-        int left = dist_drain(run_interrupted() ? 500 * NS_PER_MS : 120 * NS_PER_S);
+        /* Rank 0 takes everything while it runs; after a signal (the job
+         * is ending) what cannot go within half a second is lost. */
+        int64_t t0 = wall_ns();
+        int left;
+        while ((left = dist_progress()) &&
+               !(run_interrupted() && wall_ns() - t0 > 500 * NS_PER_MS)) {
+            struct timespec ts = {0, 100 * NS_PER_US};
+            nanosleep(&ts, NULL);
+        }
         if (left && !dl->err[0])
             snprintf(dl->err, sizeof dl->err, "%d message(s) to rank 0 not delivered", left);
         return dl->err[0] ? err_set(err, "%s", dl->err) : 0;

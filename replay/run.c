@@ -256,11 +256,14 @@ static int open_outputs(struct run *run, char *err)
 {
     const struct run_spec *s = run->s;
     char path[1200];
-    snprintf(path, sizeof path, "%s/requests.jsonl", s->dir);
-    run->w = s->records_to ? records_from_stream(s->records_to, s->rc->chunk_times)
-                           : records_open(path, s->rc->chunk_times, err);
-    if (!run->w)
-        return -1;
+    if (s->records_to) {
+        run->w = records_from_stream(s->records_to, s->rc->chunk_times);
+    } else {
+        snprintf(path, sizeof path, "%s/requests.jsonl", s->dir);
+        run->w = records_open(path, s->rc->chunk_times, err);
+        if (!run->w)
+            return -1;
+    }
     if (s->records_buffer)
         records_set_buffered(run->w, s->records_buffer);
     if (s->observe)
