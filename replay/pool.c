@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -99,8 +100,10 @@ enum {
 };
 
 #define FILE_CHUNK (1 << 20)
-/* After a signal, how long rank 0 still takes the other ranks' files. */
-#define ABANDON_NS (2 * NS_PER_S)
+/* After a signal, how long rank 0 still takes the other ranks' files once
+ * its own workers are done: mpirun, which sends SIGTERM when a rank dies,
+ * sends SIGKILL a second later, and the sweep's own files come first. */
+#define ABANDON_NS (300 * NS_PER_MS)
 
 /* A local worker process and the pipes to it. */
 struct worker {
@@ -207,6 +210,12 @@ static int workers_start(const struct pool_ranks *p, const char *staging, struct
         if (pid < 0)
             return -1;
         if (pid == 0) {
+            /* A worker ends with its rank (killed, or its job ended by
+             * mpirun): a signal, and it writes its partial job and goes. */
+            pid_t parent = getppid();
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent)
+                _exit(1);
             close(c[1]);
             close(r[0]);
             for (int x = 0; x < j; x++) {

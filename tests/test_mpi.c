@@ -536,12 +536,14 @@ static void test_load(struct server *s, int np)
     json_decref(run);
 }
 
-/* The pid of rank `rank` of the job marked with tag, or -1. */
+/* The pid of a process of rank `rank` (< 0: any rank) of the job marked
+ * with tag (a rank or a worker it forked), or -1. */
 static pid_t find_rank(const char *tag, int rank)
 {
     char want_tag[128], want_rank[64];
     snprintf(want_tag, sizeof want_tag, "AGENTREPLAY_TEST_JOB=%s", tag);
-    snprintf(want_rank, sizeof want_rank, "OMPI_COMM_WORLD_RANK=%d", rank);
+    snprintf(want_rank, sizeof want_rank, rank < 0 ? "OMPI_COMM_WORLD_RANK=" :
+             "OMPI_COMM_WORLD_RANK=%d", rank);
     DIR *d = opendir("/proc");
     pid_t found = -1;
     struct dirent *e;
@@ -562,7 +564,7 @@ static pid_t find_rank(const char *tag, int rank)
         buf[n] = 0;
         for (char *q = buf; q < buf + n; q += strlen(q) + 1) {
             has_tag |= !strcmp(q, want_tag);
-            has_rank |= !strcmp(q, want_rank);
+            has_rank |= rank < 0 ? !strncmp(q, want_rank, strlen(want_rank)) : !strcmp(q, want_rank);
         }
         if (has_tag && has_rank)
             found = p;
@@ -618,6 +620,50 @@ static void test_kill_rank(struct server *s)
            "%s: %ld valid lines for %ld calls", what, lc.lines, total);
     CHECKF(access(spool, F_OK) != 0, "%s: the spool became requests.jsonl", what);
     json_decref(run);
+}
+
+/* A sweep whose rank 1 is killed: rank 0 still writes sweep.csv and a
+ * sweep.json marked partial, and no worker of the job lives on. */
+static void test_kill_sweep(void)
+{
+    const char *what = "sweep, rank 1 killed";
+    char cwd[512], log[600], tmp[600], path[700];
+    snprintf(cwd, sizeof cwd, "%s/sweep-kill", tmpdir);
+    snprintf(tmp, sizeof tmp, "%s/tmp", cwd);
+    mkdir(cwd, 0755);
+    mkdir(tmp, 0755);
+    snprintf(log, sizeof log, "%s/log", cwd);
+    setenv("TMPDIR", tmp, 1); /* rank 1's private folders, gone with the test (local ranks
+                                 inherit mpirun's environment) */
+    char *args[] = {"sweep", "--concurrency", "32,40,48,56,64,72,80,88", "--duration", "7200",
+                    "-j", "1", "--quiet", "-o", "out", NULL};
+    char *argv[40];
+    mpirun_argv(argv, 2, args);
+    pid_t mp = start(argv, cwd, log);
+    unsetenv("TMPDIR");
+    /* Until rank 1 is at work. */
+    pid_t victim = -1;
+    for (double t0 = mono_s(); mono_s() - t0 < 20 && victim < 0; sleep_s(0.05))
+        victim = find_rank(getenv("AGENTREPLAY_TEST_JOB"), 1);
+    sleep_s(1.0);
+    CHECKF(victim > 0, "%s: rank 1 found", what);
+    if (victim > 0)
+        kill(victim, SIGKILL);
+    int rc = finish(mp, 30);
+    CHECKF(rc != 0 && rc != -999, "%s: the job ends with a failure (exit %d)", what, rc);
+    snprintf(path, sizeof path, "%s/out/sweep.json", cwd);
+    json_error_t je;
+    json_t *sj = json_load_file(path, 0, &je);
+    CHECKF(sj && json_is_true(json_object_get(sj, "partial")),
+           "%s: sweep.json written and marked partial (see %s)", what, log);
+    json_decref(sj);
+    snprintf(path, sizeof path, "%s/out/sweep.csv", cwd);
+    CHECKF(access(path, R_OK) == 0, "%s: sweep.csv written", what);
+    pid_t left = 0;
+    for (double t0 = mono_s(); mono_s() - t0 < 10; sleep_s(0.1))
+        if ((left = find_rank(getenv("AGENTREPLAY_TEST_JOB"), -1)) < 0)
+            break;
+    CHECKF(left < 0, "%s: no process of the job left (%d)", what, (int)left);
 }
 
 /* ---- sweeps across ranks ------------------------------------------------ */
@@ -755,6 +801,7 @@ int main(void)
             test_kill_rank(&s);
             serve_stop(&s);
         }
+        test_kill_sweep();
     }
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
