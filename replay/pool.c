@@ -121,35 +121,24 @@ struct job_done {
     size_t len;
 };
 
-static int write_all(int fd, const void *buf, size_t n)
+/* All n bytes through a pipe (out: written, else read); 0 or -1. */
+static int pipe_all(int fd, void *buf, size_t n, bool out)
 {
-    const char *p = buf;
+    char *p = buf;
     while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
+        ssize_t k = out ? write(fd, p, n) : read(fd, p, n);
+        if (k < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
+        if (k <= 0)
             return -1;
-        p += w;
-        n -= (size_t)w;
+        p += k;
+        n -= (size_t)k;
     }
     return 0;
 }
 
-static int read_all(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
+static int write_all(int fd, const void *buf, size_t n) { return pipe_all(fd, (void *)buf, n, true); }
+static int read_all(int fd, void *buf, size_t n) { return pipe_all(fd, buf, n, false); }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -245,25 +234,28 @@ static void worker_give(struct worker *w, int32_t i)
     }
 }
 
-/* A finished worker's result: its job, exit code and text (malloc'ed). */
-static int worker_take(struct worker *w, int32_t *job, int32_t *rc, char **text, size_t *len)
+/* A finished worker's result: its job, exit code and text (malloc'ed).
+ * A worker that broke off (it died) failed its job and is told to end. */
+static void worker_take(struct worker *w, int32_t *job, int32_t *rc, char **text, size_t *len)
 {
     int32_t head[3];
+    *job = w->job;
+    *len = 0;
     *text = NULL;
-    if (read_all(w->res, head, sizeof head) || head[2] < 0)
-        return -1;
-    *job = head[0];
-    *rc = head[1];
-    *len = (size_t)head[2];
-    *text = xmalloc(*len + 1);
-    if (read_all(w->res, *text, *len)) {
+    if (read_all(w->res, head, sizeof head) == 0 && head[2] >= 0 && head[0] == w->job) {
+        *text = xmalloc((size_t)head[2] + 1);
+        if (read_all(w->res, *text, (size_t)head[2]) == 0) {
+            *rc = head[1];
+            *len = (size_t)head[2];
+            (*text)[*len] = 0;
+            w->job = -1;
+            return;
+        }
         free(*text);
-        *text = NULL;
-        return -1;
     }
-    (*text)[*len] = 0;
-    w->job = -1;
-    return 0;
+    *rc = EXIT_FAIL;
+    *text = xstrdup("");
+    worker_give(w, -1);
 }
 
 static void workers_wait(struct worker *w, int k)
@@ -447,14 +439,10 @@ static int lead_main(struct pool_ranks *p, int jobs)
             int32_t i, rc;
             char *text;
             size_t len;
-            int busy = w[j].job;
-            if (worker_take(&w[j], &i, &rc, &text, &len)) {
-                lead_record(&l, busy, EXIT_FAIL, NULL, 0);
-                worker_give(&w[j], -1);
-                continue;
-            }
+            worker_take(&w[j], &i, &rc, &text, &len);
             lead_record(&l, i, rc, text, len);
-            worker_give(&w[j], lead_next(&l));
+            if (!w[j].told_end)
+                worker_give(&w[j], lead_next(&l));
         }
         lead_messages(&l);
         forward_signal(w, k, &forwarded);
@@ -601,14 +589,7 @@ static int rank_main(struct pool_ranks *p, int jobs)
             int32_t i, rc;
             char *text;
             size_t len;
-            int busy = w[j].job;
-            if (worker_take(&w[j], &i, &rc, &text, &len)) {
-                i = busy;
-                rc = EXIT_FAIL;
-                text = xstrdup("");
-                len = 0;
-                worker_give(&w[j], -1);
-            }
+            worker_take(&w[j], &i, &rc, &text, &len);
             char root[1200];
             job_root(p, staging, i, root, sizeof root);
             if (p->root && ship_tree(root, "", err)) {

@@ -35,6 +35,7 @@
 
 #include "replay/dist.h"
 #include "tests/testhelp.h"
+#include "tests/testmpi.h"
 #include "traces/base/err.h"
 #include "traces/base/stats.h"
 
@@ -84,27 +85,6 @@ static int run(char *const argv[], const char *cwd, const char *log, int limit_s
     return -1;
 }
 
-/* `[prefix] mpirun [--allow-run-as-root] --oversubscribe -np N BIN
- * args...` (prefix: NULL-terminated, or NULL). */
-static void mpirun_argv(char **out, char *const prefix[], int np, char *const args[])
-{
-    static char nps[16];
-    snprintf(nps, sizeof nps, "%d", np);
-    int n = 0;
-    for (int i = 0; prefix && prefix[i]; i++)
-        out[n++] = prefix[i];
-    out[n++] = "mpirun";
-    if (geteuid() == 0)
-        out[n++] = "--allow-run-as-root";
-    out[n++] = "--oversubscribe";
-    out[n++] = "-np";
-    out[n++] = nps;
-    out[n++] = (char *)test_bin();
-    for (int i = 0; args[i]; i++)
-        out[n++] = args[i];
-    out[n] = NULL;
-}
-
 /* ---- load --------------------------------------------------------------- */
 
 static pid_t g_srv;
@@ -128,19 +108,7 @@ static int start_server(void)
               (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 500; i++) {
-        FILE *f = fopen(pf, "r");
-        int port = 0;
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1)
-                port = 0;
-            fclose(f);
-        }
-        if (port)
-            return g_port = port;
-        usleep(10000);
-    }
-    return -1;
+    return g_port = wait_port(pf);
 }
 
 static void stop_server(void)
@@ -154,21 +122,6 @@ static void stop_server(void)
     }
     kill(g_srv, SIGKILL);
     waitpid(g_srv, &st, 0);
-}
-
-/* completions_total{status="ok"} of the server, or -1. */
-static long server_ok(void)
-{
-    char cmd[256], line[512];
-    snprintf(cmd, sizeof cmd, "curl -s --max-time 5 http://127.0.0.1:%d/metrics", g_port);
-    FILE *p = popen(cmd, "r");
-    long ok = -1;
-    while (p && fgets(line, sizeof line, p))
-        if (!strncmp(line, "agentreplay_completions_total{status=\"ok\"} ", 43))
-            ok = atol(line + 43);
-    if (p)
-        pclose(p);
-    return ok;
 }
 
 static void write_trace(const char *path, int n, int in, int out)
@@ -215,9 +168,9 @@ static int load_once(int np, const char *trace, const char *rate, const char *du
                     "-o", out, NULL};
     char *argv[40], *fifo[] = {"chrt", "-f", "10", NULL};
     mpirun_argv(argv, g_fifo ? fifo : NULL, np, args);
-    long before = server_ok();
+    long before = server_completed(g_port);
     int rc = run(argv, NULL, log, 120);
-    long after = server_ok();
+    long after = server_completed(g_port);
     char p[500];
     snprintf(p, sizeof p, "%s/run.json", out);
     json_error_t je;
@@ -348,10 +301,11 @@ int main(void)
     printf("%-30s %9s %5s\n", "ranks", "wall s", "load");
     double wall[2][16];
     int ok[2] = {0, 0};
-    char d[2][300];
+    char d1[300], d2[300], *d[2] = {d1, d2};
+    snprintf(d1, sizeof d1, "%s/sweep-np1", dir);
+    snprintf(d2, sizeof d2, "%s/sweep-np2", dir);
     for (int k = 0; k < runs; k++)
         for (int x = 0; x < 2; x++) {
-            snprintf(d[x], sizeof d[x], "%s/sweep-np%d", dir, x + 1);
             char cmd[700];
             snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", d[x], d[x]);
             if (system(cmd))

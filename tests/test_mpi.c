@@ -45,6 +45,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function" /* its spawn: ours keeps a process group */
 #include "tests/testproc.h"
 #pragma GCC diagnostic pop
+#include "tests/testmpi.h"
 #include "traces/base/err.h"
 #include "traces/base/file.h"
 #include "traces/base/mem.h"
@@ -344,28 +345,6 @@ static int run_in(char *const argv[], const char *cwd, const char *log, double t
     return finish(start(argv, cwd, log), timeout_s);
 }
 
-/* argv of `mpirun ... -np N BIN args...` (args NULL-terminated) in out. */
-static void mpirun_argv(char **out, int np, char *const args[])
-{
-    static char nps[16];
-    snprintf(nps, sizeof nps, "%d", np);
-    int n = 0;
-    out[n++] = "mpirun";
-    if (geteuid() == 0)
-        out[n++] = "--allow-run-as-root";
-    out[n++] = "--oversubscribe";
-    out[n++] = "-np";
-    out[n++] = nps;
-    out[n++] = "-x";
-    out[n++] = "ASAN_OPTIONS";
-    out[n++] = "-x";
-    out[n++] = "AGENTREPLAY_TEST_JOB";
-    out[n++] = (char *)test_bin();
-    for (int i = 0; args[i]; i++)
-        out[n++] = args[i];
-    out[n] = NULL;
-}
-
 static bool have_mpirun(void) { return system("command -v mpirun >/dev/null 2>&1") == 0; }
 
 /* ---- load across ranks -------------------------------------------------- */
@@ -384,39 +363,14 @@ static int serve_start(struct server *s)
     char *argv[] = {(char *)test_bin(), "serve", "--fake", "--fake-ttft-ms", "5", "--fake-tpot-ms",
                     "1", "--listen", "127.0.0.1:0", "--port-file", port_file, NULL};
     s->pid = start(argv, NULL, log);
-    s->port = 0;
-    for (int i = 0; i < 200 && !s->port; i++) {
-        FILE *f = fopen(port_file, "r");
-        if (f) {
-            if (fscanf(f, "%d", &s->port) != 1)
-                s->port = 0;
-            fclose(f);
-        }
-        if (!s->port)
-            sleep_s(0.05);
-    }
-    return s->port ? 0 : -1;
+    s->port = wait_port(port_file);
+    return s->port > 0 ? 0 : -1;
 }
 
 static void serve_stop(struct server *s)
 {
     kill(-s->pid, SIGTERM);
     finish(s->pid, 10);
-}
-
-/* completions_total{status="ok"} of the server, or -1. */
-static long server_ok(const struct server *s)
-{
-    char cmd[256], line[512];
-    snprintf(cmd, sizeof cmd, "curl -s --max-time 5 http://127.0.0.1:%d/metrics", s->port);
-    FILE *p = popen(cmd, "r");
-    long ok = -1;
-    while (p && fgets(line, sizeof line, p))
-        if (!strncmp(line, "agentreplay_completions_total{status=\"ok\"} ", 43))
-            ok = atol(line + 43);
-    if (p)
-        pclose(p);
-    return ok;
 }
 
 /* Reads out/requests.jsonl: its lines (-1 if unreadable), the completed
@@ -489,11 +443,11 @@ static void test_load(struct server *s, int np)
     snprintf(out, sizeof out, "%s/load-%d", tmpdir, np);
     snprintf(log, sizeof log, "%s/load-%d.log", tmpdir, np);
     snprintf(url, sizeof url, "http://127.0.0.1:%d", s->port);
-    long before = server_ok(s);
+    long before = server_completed(s->port);
     char *args[] = {"load", "--url", url, "--trace", "traces/samples/agentic-synth.jsonl",
                     "--concurrency", "8", "--duration", "2", "--quiet", "-o", out, NULL};
     char *argv[40];
-    mpirun_argv(argv, np, args);
+    mpirun_argv(argv, NULL, np, args);
     int rc = run_in(argv, NULL, log, 60);
     CHECKF(rc == 0, "%s: exit %d (see %s)", what, rc, log);
     json_t *run = read_run(out);
@@ -526,7 +480,7 @@ static void test_load(struct server *s, int np)
     CHECKF(lc.lines == total && lc.parse, "%s: %ld lines for %ld calls", what, lc.lines, total);
     CHECKF(lc.repeated == 0, "%s: %ld (session, call) twice", what, lc.repeated);
     CHECKF(lc.sorted, "%s: ordered by intended start", what);
-    long after = server_ok(s);
+    long after = server_completed(s->port);
     if (before >= 0 && after >= 0)
         CHECKF(after - before == lc.completed, "%s: server completed %ld, records %ld", what,
                after - before, lc.completed);
@@ -585,7 +539,7 @@ static void test_kill_rank(struct server *s)
     char *args[] = {"load", "--url", url, "--trace", "traces/samples/agentic-synth.jsonl",
                     "--concurrency", "8", "--duration", "30", "--quiet", "-o", out, NULL};
     char *argv[40];
-    mpirun_argv(argv, 2, args);
+    mpirun_argv(argv, NULL, 2, args);
     pid_t mp = start(argv, NULL, log);
     /* Until rank 0 has spooled records of both ranks for a while. */
     struct stat st;
@@ -638,7 +592,7 @@ static void test_kill_sweep(void)
     char *args[] = {"sweep", "--concurrency", "32,40,48,56,64,72,80,88", "--duration", "7200",
                     "-j", "1", "--quiet", "-o", "out", NULL};
     char *argv[40];
-    mpirun_argv(argv, 2, args);
+    mpirun_argv(argv, NULL, 2, args);
     pid_t mp = start(argv, cwd, log);
     unsetenv("TMPDIR");
     /* Until rank 1 is at work. */
@@ -743,7 +697,7 @@ static void check_same(const char *name, char *const args[], int np, const char 
         CHECKF(rc == 0, "%s: one process exits 0 (%d)", name, rc);
     }
     char *argv[40];
-    mpirun_argv(argv, np, args);
+    mpirun_argv(argv, NULL, np, args);
     int rc = run_in(argv, many, logn, 120);
     CHECKF(rc == 0, "%s: exit %d (see %s)", what, rc, logn);
     snprintf(a, sizeof a, "%s/%s", one, out_name);
