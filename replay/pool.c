@@ -183,21 +183,27 @@ static void worker_main(const struct pool_ranks *p, const char *staging, int cmd
     _exit(0);
 }
 
+/* Starts up to k workers; returns how many started. */
 static int workers_start(const struct pool_ranks *p, const char *staging, struct worker *w, int k)
 {
     fflush(NULL);
     for (int j = 0; j < k; j++) {
         int c[2], r[2];
         if (pipe(c))
-            return -1;
+            return j;
         if (pipe(r)) {
             close(c[0]);
             close(c[1]);
-            return -1;
+            return j;
         }
         pid_t pid = fork();
-        if (pid < 0)
-            return -1;
+        if (pid < 0) {
+            close(c[0]);
+            close(c[1]);
+            close(r[0]);
+            close(r[1]);
+            return j;
+        }
         if (pid == 0) {
             /* A worker ends with its rank (killed, or its job ended by
              * mpirun): a signal, and it writes its partial job and goes. */
@@ -217,7 +223,7 @@ static int workers_start(const struct pool_ranks *p, const char *staging, struct
         close(r[1]);
         w[j] = (struct worker){.pid = pid, .cmd = c[1], .res = r[0], .job = -1};
     }
-    return 0;
+    return k;
 }
 
 /* Gives worker w job i (-1: the end). */
@@ -422,10 +428,12 @@ static int lead_main(struct pool_ranks *p, int jobs)
     struct pool_lead l = {.p = p, .done = xcalloc((size_t)(p->n ? p->n : 1), sizeof *l.done)};
     l.ranks_left = dist_size() - 1;
     struct worker w[64];
-    int k = jobs;
-    if (workers_start(p, NULL, w, k)) {
-        perror("agentreplay: starting workers");
-        dist_abort(EXIT_FAIL);
+    int k = workers_start(p, NULL, w, jobs);
+    if (!k) {
+        fprintf(stderr, "agentreplay: starting workers: %s\n", strerror(errno));
+        p->end_job = true;
+        free(l.done);
+        return p->n;
     }
     for (int j = 0; j < k; j++)
         worker_give(&w[j], lead_next(&l));
@@ -457,7 +465,7 @@ static int lead_main(struct pool_ranks *p, int jobs)
             break;
     }
     workers_wait(w, k);
-    p->abandoned = l.ranks_left;
+    p->end_job = l.ranks_left > 0;
     if (l.err[0])
         fprintf(stderr, "agentreplay: %s\n", l.err);
     int failed = 0;
@@ -553,15 +561,13 @@ static int rank_main(struct pool_ranks *p, int jobs)
     const char *tmp = getenv("TMPDIR");
     snprintf(staging, sizeof staging, "%s/agentreplay-rank%d-XXXXXX", tmp && *tmp ? tmp : "/tmp",
              dist_rank());
-    if (!mkdtemp(staging)) {
-        fprintf(stderr, "agentreplay: rank %d: %s: %s\n", dist_rank(), staging, strerror(errno));
-        dist_abort(EXIT_FAIL);
-    }
     struct worker w[64];
-    int k = jobs;
-    if (workers_start(p, staging, w, k)) {
-        perror("agentreplay: starting workers");
-        dist_abort(EXIT_FAIL);
+    int k = 0;
+    if (!mkdtemp(staging) || !(k = workers_start(p, staging, w, jobs))) {
+        fprintf(stderr, "agentreplay: rank %d: %s: %s\n", dist_rank(), staging, strerror(errno));
+        rm_tree(staging);
+        p->end_job = true;
+        return 1;
     }
     int asked = 0, failed = 0;
     bool forwarded = false, no_more = false;
@@ -576,7 +582,9 @@ static int rank_main(struct pool_ranks *p, int jobs)
         for (; !no_more && asked < idle; asked++)
             if (dist_send(0, TAG_REQ, NULL, 0, err)) {
                 fprintf(stderr, "agentreplay: rank %d: %s\n", dist_rank(), err);
-                dist_abort(EXIT_FAIL);
+                p->end_job = no_more = true;
+                failed = 1;
+                break;
             }
         if (no_more && asked == 0)
             for (int j = 0; j < k; j++)
@@ -638,7 +646,7 @@ static int rank_main(struct pool_ranks *p, int jobs)
 int pool_run_ranks(struct pool_ranks *p)
 {
     int jobs = p->jobs < 1 ? 1 : p->jobs > 64 ? 64 : p->jobs;
-    p->abandoned = 0;
+    p->end_job = false;
     p->first_failure = 0;
     return dist_rank() == 0 ? lead_main(p, jobs) : rank_main(p, jobs);
 }

@@ -14,6 +14,7 @@
 #ifndef POOL_H
 #define POOL_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 /* Runs fn(arg, i) for i in [0, n) on up to `jobs` processes; fn returns
@@ -42,10 +43,11 @@ struct pool_ranks {
     /* job i: 0 ok, else failed (an exit code) */
     int (*fn)(void *arg, int i, const char *root, FILE *out);
     void *arg;
-    /* rank 0, on return: ranks that had not finished when rank 0 stopped
-     * waiting (after a signal); the caller should end the job
-     * (dist_abort) once its results are written. */
-    int abandoned;
+    /* on return: the job cannot end cleanly (rank 0 stopped waiting for
+     * ranks after a signal, or this rank could not start its workers or
+     * reach rank 0): the caller ends it (dist_abort) once its results are
+     * written */
+    bool end_job;
     int first_failure;           /* rank 0: the exit code of the first failed job, by index */
 };
 /* Every rank calls it, after dist_init(). Rank 0 returns how many jobs

@@ -286,9 +286,8 @@ static int plan_run(const struct plan_opts *o, const struct run_env *env, char *
     struct plan_rjob j = {o, env};
     struct pool_ranks pr = {.n = n, .jobs = 1, .root = o->co.run.out, .fn = plan_rjob, .arg = &j};
     int failed = pool_run_ranks(&pr);
-    if (pr.abandoned) { /* ranks still sending: the job ends with rank 0 */
+    if (pr.end_job) { /* ranks left behind: the job ends with this one */
         fflush(stdout);
-        fprintf(stderr, "agentreplay plan: interrupted; %d rank(s) did not finish\n", pr.abandoned);
         dist_abort(EXIT_FAIL);
     }
     if (!failed)

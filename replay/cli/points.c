@@ -211,7 +211,7 @@ static int point_rjob(void *arg, int i, const char *root, FILE *out)
 }
 
 int points_run_ranks(const struct run_env *env, const struct run_point *pts, int n, int jobs,
-                     const char *sdir, int *abandoned)
+                     const char *sdir, bool *end_job)
 {
     struct run_env e = *env;
     e.progress = false;
@@ -227,7 +227,7 @@ int points_run_ranks(const struct run_env *env, const struct run_point *pts, int
     struct pool_ranks pr = {.n = n, .jobs = jobs, .order = order, .root = sdir ? sdir : "",
                             .fn = point_rjob, .arg = &j};
     int failed = pool_run_ranks(&pr);
-    *abandoned = pr.abandoned;
+    *end_job = pr.end_job;
     free(order);
     return failed;
 }

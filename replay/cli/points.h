@@ -73,10 +73,10 @@ int points_run(const struct run_env *env, const struct run_point *pts, int n, in
 /* The same across the ranks of an MPI job (pool_run_ranks, the highest
  * concurrency first); every rank calls it after dist_init(), with sdir its
  * grid_points() folder (rank 0: the sweep folder; others: NULL). Rank 0
- * returns how many points failed or never ran, with *abandoned as
- * pool_ranks.abandoned; other ranks 0 or 1. */
+ * returns how many points failed or never ran, other ranks 0 or 1;
+ * *end_job as pool_ranks.end_job. */
 int points_run_ranks(const struct run_env *env, const struct run_point *pts, int n, int jobs,
-                     const char *sdir, int *abandoned);
+                     const char *sdir, bool *end_job);
 
 /* SDIR/NAME (sweep.csv, confounded.csv) from the points' run.json files,
  * a row printed per point with print. */

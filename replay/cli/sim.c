@@ -196,7 +196,7 @@ static int sim_job(void *arg, int k, const char *root, FILE *out)
 /* The repeats across the ranks (every rank), then each run.json read back
  * at rank 0; returns the first failure's exit code, or EXIT_OK. */
 static int sim_ranks(const struct sim_opts *o, struct run_env *env, const struct run_point *p,
-                     json_t **runs, int *abandoned, char *err)
+                     json_t **runs, bool *end_job, char *err)
 {
     if (dist_init(err))
         return EXIT_FAIL;
@@ -205,6 +205,7 @@ static int sim_ranks(const struct sim_opts *o, struct run_env *env, const struct
     struct pool_ranks pr = {.n = o->repeats, .jobs = 1, .root = o->co.run.out, .fn = sim_job,
                             .arg = &j};
     int failed = pool_run_ranks(&pr);
+    *end_job = pr.end_job;
     if (dist_rank() != 0)
         return failed ? EXIT_FAIL : EXIT_OK;
     for (int k = 0; k < o->repeats; k++) {
@@ -212,7 +213,6 @@ static int sim_ranks(const struct sim_opts *o, struct run_env *env, const struct
         if (repeat_dir(o->co.run.out, k, dir, sizeof dir, err) == 0)
             runs[k] = results_read_run(dir, err);
     }
-    *abandoned = pr.abandoned;
     if (failed)
         snprintf(err, ERR_LEN, "%d of %d repeats failed or did not run", failed, o->repeats);
     return failed ? (pr.first_failure ? pr.first_failure : EXIT_FAIL) : EXIT_OK;
@@ -262,9 +262,9 @@ int replay_cmd_sim(int argc, char **argv)
         rc = run_point_exec(&env, &pk, &run, err);
         runs[k] = run;
     }
-    int abandoned = 0;
+    bool end_job = false;
     if (ranks)
-        rc = sim_ranks(&o, &env, &p, (json_t **)runs, &abandoned, err);
+        rc = sim_ranks(&o, &env, &p, (json_t **)runs, &end_job, err);
     if (rc != EXIT_OK && (lead || !ranks))
         fprintf(stderr, "agentreplay sim: %s\n", err);
     if (rc != EXIT_BADINPUT && lead) {
@@ -287,9 +287,7 @@ int replay_cmd_sim(int argc, char **argv)
     free(seeds);
     run_trace_free(&tr);
     free(cmd);
-    if (abandoned) { /* ranks still sending: the job ends with rank 0 */
-        fprintf(stderr, "agentreplay sim: %d rank(s) did not finish\n", abandoned);
+    if (end_job) /* ranks left behind: the job ends with this one */
         dist_abort(rc ? rc : EXIT_FAIL);
-    }
     return rc;
 }

@@ -76,7 +76,8 @@ int replay_cmd_sweep(int argc, char **argv)
         free(cmd);
         return cli_bad("sweep", err);
     }
-    int n, abandoned = 0;
+    int n;
+    bool end_job = false;
     const char *sdir = lead ? co->run.out : NULL;
     struct run_point *pts = grid_points(&co->grid, &co->base, sdir, &n, err);
     if (!pts || check_points(&env, pts, n, err)) {
@@ -92,12 +93,14 @@ int replay_cmd_sweep(int argc, char **argv)
             failed = n;
         } else {
             run_signals_install(); /* after MPI_Init, whatever it set */
-            failed = points_run_ranks(&env, pts, n, co->jobs, sdir, &abandoned);
+            failed = points_run_ranks(&env, pts, n, co->jobs, sdir, &end_job);
         }
         if (!lead) {
             free(pts);
             run_trace_free(&tr);
             free(cmd);
+            if (end_job)
+                dist_abort(EXIT_FAIL);
             return failed ? EXIT_FAIL : EXIT_OK;
         }
     } else {
@@ -125,7 +128,7 @@ int replay_cmd_sweep(int argc, char **argv)
     free(pts);
     run_trace_free(&tr);
     free(cmd);
-    if (abandoned) /* ranks still sending: the job ends with rank 0 */
+    if (end_job) /* ranks left behind: the job ends with rank 0 */
         dist_abort(rc ? rc : EXIT_FAIL);
     return rc;
 }
