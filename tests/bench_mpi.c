@@ -56,6 +56,9 @@ static double loadavg(void)
     return getloadavg(la, 1) == 1 ? la[0] : -1;
 }
 
+/* CPU seconds (user + system) of the last run() and its descendants. */
+static double g_cpu_s;
+
 /* Runs argv in cwd (NULL: here) with output to log, within limit_s;
  * returns the exit status (-1 on timeout, after stopping it). */
 static int run(char *const argv[], const char *cwd, const char *log, int limit_s)
@@ -74,9 +77,13 @@ static int run(char *const argv[], const char *cwd, const char *log, int limit_s
         _exit(127);
     }
     int st = 0;
+    struct rusage ru;
     for (int i = 0; i < limit_s * 100; i++) {
-        if (waitpid(p, &st, WNOHANG) == p)
+        if (wait4(p, &st, WNOHANG, &ru) == p) {
+            g_cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                      (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
         usleep(10000);
     }
     kill(-p, SIGTERM);
@@ -312,7 +319,7 @@ int main(void)
     const char *conc = quick ? "60,62,64,66" : "56,58,60,62,64,66,68,70";
     const char *dur = quick ? "3600" : "10800";
     printf("\nsweep --concurrency %s --duration %s (built-in sample), -j 1 per rank\n", conc, dur);
-    printf("%-30s %9s %5s\n", "ranks", "wall s", "load");
+    printf("%-30s %9s %7s %5s\n", "ranks", "wall s", "CPU s", "load");
     double wall[2][16];
     int ok[2] = {0, 0};
     char d1[300], d2[300], *d[2] = {d1, d2};
@@ -335,7 +342,7 @@ int main(void)
             CHECKF(rc == 0, "sweep on %d rank(s) exits 0 (%d, see %s)", x + 1, rc, log);
             if (rc == 0)
                 wall[x][ok[x]++] = t;
-            printf("  run %d, %d rank(s) %17.2f %5.2f\n", k + 1, x + 1, t, loadavg());
+            printf("  run %d, %d rank(s) %17.2f %7.2f %5.2f\n", k + 1, x + 1, t, g_cpu_s, loadavg());
             fflush(stdout);
         }
     if (ok[0] && ok[1]) {
