@@ -90,11 +90,13 @@ int replay_cmd_sweep(int argc, char **argv)
     if (ranks) {
         if (dist_init(err)) {
             fprintf(stderr, "agentreplay sweep: %s\n", err);
-            failed = n;
-        } else {
-            run_signals_install(); /* after MPI_Init, whatever it set */
-            failed = points_run_ranks(&env, pts, n, co->jobs, sdir, &end_job);
+            free(pts);
+            run_trace_free(&tr);
+            free(cmd);
+            return EXIT_FAIL;
         }
+        run_signals_install(); /* after MPI_Init, whatever it set */
+        failed = points_run_ranks(&env, pts, n, co->jobs, sdir, &end_job);
         if (!lead) {
             free(pts);
             run_trace_free(&tr);
