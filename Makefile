@@ -41,6 +41,21 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
 
 NVCC     := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 
+# MPI (README, "Running across machines"): where mpicc (Open MPI) exists,
+# replay/dist.c is compiled with its flags and the programs link its
+# libraries; elsewhere dist.c is a stub and a job of several ranks is
+# refused. `make deps` installs Debian's Open MPI.
+DEB_PKGS += openmpi-bin libopenmpi-dev
+MPICC    := $(shell command -v mpicc 2>/dev/null)
+# Open MPI calls libevent's event_add and others, which libev exports too
+# (its libevent emulation): libevent_core is named first so that the
+# dynamic linker binds them to libevent, not to libev.
+ifneq ($(MPICC),)
+$(BUILD)/replay/dist.o: CFLAGS += -DAGENTREPLAY_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
+LDLIBS   := -Wl,--push-state,--no-as-needed $(shell pkg-config --libs libevent_core 2>/dev/null) \
+            -Wl,--pop-state $(shell $(MPICC) --showme:link 2>/dev/null) $(LDLIBS)
+endif
+
 .PHONY: all test check bench fuzz run deps install clean kernels soak valgrind
 all: deps-ok ./agentreplay $(if $(NVCC),kernels)
 

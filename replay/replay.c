@@ -171,6 +171,7 @@ struct replay *replay_create(const struct replay_config *c, const struct trace *
     rp->tr = t;
     rp->tg = tg;
     rp->loop = l;
+    rp->share_ranks = 1;
     list_init(&rp->inflight);
     list_init(&rp->cancelling);
     metrics_init(&rp->metrics);
@@ -215,6 +216,18 @@ int replay_start(struct replay *rp)
         arrivals_start(rp->arrivals);
     replay_maybe_finish(rp);
     return 0;
+}
+
+void replay_set_share(struct replay *rp, int rank, int ranks)
+{
+    ASSERT(!rp->started && ranks >= 1 && rank >= 0 && rank < ranks);
+    rp->share_rank = rank;
+    rp->share_ranks = ranks;
+}
+
+void replay_add_record(struct replay *rp, const struct replay_record *rec)
+{
+    metrics_add(&rp->metrics, rec);
 }
 
 bool replay_finished(const struct replay *rp) { return rp->finished; }

@@ -73,6 +73,7 @@ struct replay {
     void *tick_arg;
     int64_t end_ns;
     char io_error[ERR_LEN];
+    int share_rank, share_ranks; /* replay_set_share: (0, 1) is the whole run */
 };
 
 /* A call of trace call c (index: within its session) for the target's

@@ -197,6 +197,7 @@ struct run {
     struct replay *r;
     struct records_writer *w;
     FILE *tl;
+    bool tl_borrowed;            /* s->timeline_to */
     char flush_err[ERR_LEN];     /* the first failed periodic flush */
     struct loop_timer flush_timer, grace_timer, drain_timer;
     struct loop_io sig_io;
@@ -310,19 +311,29 @@ static void on_tick(void *arg, struct replay *r, int64_t now)
     run->shown = true;
 }
 
-/* Opens requests.jsonl and timeline.csv in s->dir. */
+/* Opens requests.jsonl and timeline.csv in s->dir, or takes the streams
+ * that replace them. */
 static int open_outputs(struct run *run, char *err)
 {
     const struct run_spec *s = run->s;
     char path[1200];
-    snprintf(path, sizeof path, "%s/requests.jsonl", s->dir);
-    run->w = records_open(path, s->rc->chunk_times, err);
-    if (!run->w)
-        return -1;
+    if (s->records_to) {
+        run->w = records_from_stream(s->records_to, s->rc->chunk_times);
+    } else {
+        snprintf(path, sizeof path, "%s/requests.jsonl", s->dir);
+        run->w = records_open(path, s->rc->chunk_times, err);
+        if (!run->w)
+            return -1;
+    }
     if (s->records_buffer)
         records_set_buffered(run->w, s->records_buffer);
     if (s->observe)
         records_set_observer(run->w, s->observe, s->observe_arg);
+    if (s->timeline_to) {
+        run->tl = s->timeline_to;
+        run->tl_borrowed = true;
+        return 0;
+    }
     snprintf(path, sizeof path, "%s/timeline.csv", s->dir);
     run->tl = fopen(path, "w");
     if (!run->tl)
@@ -345,7 +356,7 @@ static int close_outputs(struct run *run, struct replay_outcome *o, char *err)
         rc = -1;
     }
     run->w = NULL;
-    if (run->tl && fclose(run->tl)) {
+    if (run->tl && (run->tl_borrowed ? fflush(run->tl) : fclose(run->tl))) {
         if (!rc)
             err_set(err, "timeline.csv: %s", strerror(errno));
         rc = -1;
@@ -459,6 +470,7 @@ int run_replay(const struct run_spec *s, struct run_result *res, void **run_json
     memset(res, 0, sizeof *res);
     struct run run = {.s = s, .wall0 = wall_ns()};
     bool files = s->dir && s->dir[0];
+    ASSERT(!s->records_to == !s->timeline_to);
     /* A live target's --grace none still ends (limits.h). */
     struct replay_config rcfg = *s->rc;
     if (s->hold && rcfg.grace_ns < 0)
@@ -470,7 +482,7 @@ int run_replay(const struct run_spec *s, struct run_result *res, void **run_json
         json_decref(s->info.config_json);
         return EXIT_BADINPUT;
     }
-    if (files && open_outputs(&run, err)) {
+    if ((files || s->records_to) && open_outputs(&run, err)) {
         records_close(run.w, NULL);
         replay_destroy(run.r);
         json_decref(s->info.config_json);
@@ -514,6 +526,8 @@ int run_replay(const struct run_spec *s, struct run_result *res, void **run_json
         err_set(err, "%s", res->out.io_error);
         rc = EXIT_FAIL;
     }
+    if (s->summarized)
+        s->summarized(s->hook_arg, res);
 
     struct run_info ri = s->info;
     ri.kind = s->kind;

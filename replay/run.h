@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/engine.h"
 #include "engine/target.h"
@@ -128,6 +129,14 @@ struct run_spec {
     /* run_json (a json_t*) before it is written; the result is final. */
     void (*extend)(void *arg, void *run_json, const struct run_result *res);
     void *hook_arg;
+    /* A run split across ranks (replay/dist_load.h): */
+    /* requests.jsonl's lines and timeline.csv's rows go to these streams
+     * (not owned, not closed; both or neither) instead of s->dir's files,
+     * which then get run.json and summary.md only; */
+    FILE *records_to, *timeline_to;
+    /* the summary and outcome once made, before run.json (the rank that
+     * merges folds the others' into them); may be NULL. */
+    void (*summarized)(void *arg, struct run_result *res);
 };
 
 /* Replays s->trace on s->tg. Returns EXIT_OK, EXIT_BADINPUT (the

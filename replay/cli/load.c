@@ -19,7 +19,13 @@
  * signal and at the end, instead of once per call: one write(2) per call
  * was a tenth of the generator's CPU per call at thousands of calls a
  * second. A run killed outright (SIGKILL) loses at most the last 100 ms of
- * records; Ctrl-C and SIGTERM lose nothing. */
+ * records; Ctrl-C and SIGTERM lose nothing.
+ *
+ * Under mpirun or srun with several ranks, the run is split across them
+ * (replay/dist_load.h): each rank plays its share of the lanes against
+ * the same URL from a common start and streams its records to rank 0,
+ * which writes the one result folder (with run.json's "ranks"); the
+ * first signal stops at once (mpirun kills a second later). */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -29,6 +35,8 @@
 #include <string.h>
 
 #include "replay/cli/cli.h"
+#include "replay/dist.h"
+#include "replay/dist_load.h"
 #include "replay/http_target.h"
 #include "replay/replay_flags.h"
 #include "replay/results.h"
@@ -133,6 +141,8 @@ struct load {
     int64_t prompt_with_cache, cached;
     uint64_t records, with_usage, usage_output_mismatch;
     bool degraded;
+    struct dist_load *dl;        /* a run split across MPI ranks, or NULL */
+    char dist_err[ERR_LEN];
 };
 
 /* ---- Prometheus scraping ---- */
@@ -198,11 +208,15 @@ static void scrape_cb(struct loop *l, struct loop_timer *t)
     loop_at(l, t, loop_now(l) + ld->o->rc.tick_ns, scrape_cb, ld);
 }
 
+static void note_record(void *arg, const struct replay_record *r);
+
 static void started(void *arg, struct replay *r)
 {
     struct load *ld = arg;
     ld->rp = r;
-    if (ld->o->metrics_url[0]) {
+    if (ld->dl)
+        dist_load_attach(ld->dl, r, ld->loop, note_record, ld);
+    if (ld->o->metrics_url[0] && dist_env_rank() == 0) {
         char path[1200];
         snprintf(path, sizeof path, "%s/metrics_timeline.jsonl", ld->o->run.out);
         ld->mtl = fopen(path, "w");
@@ -216,9 +230,42 @@ static void stopped(void *arg)
 {
     struct load *ld = arg;
     loop_cancel(ld->loop, &ld->scrape_timer);
+    if (ld->dl) {
+        struct http_target_counts cnt;
+        http_target_counts(ld->tg, &cnt);
+        if (dist_load_end(ld->dl, &cnt, sizeof cnt, ld->dist_err))
+            fprintf(stderr, "agentreplay load: rank %d: %s\n", dist_rank(), ld->dist_err);
+    }
 }
 
-static void observe_record(void *arg, const struct replay_record *r)
+static void summarized(void *arg, struct run_result *res)
+{
+    struct load *ld = arg;
+    if (ld->dl)
+        dist_load_outcome(ld->dl, &res->out);
+}
+
+/* The other ranks' counters added to this one's (rank 0). */
+static void add_rank_counts(const struct load *ld, struct http_target_counts *cnt)
+{
+    uint64_t sum[sizeof *cnt / sizeof(uint64_t)], x[ARRAY_LEN(sum)];
+    _Static_assert(sizeof sum == sizeof *cnt, "http_target_counts holds uint64_t only");
+    memcpy(sum, cnt, sizeof sum);
+    for (int r = 1; r < dist_size(); r++) {
+        size_t len;
+        const void *e = dist_load_extra(ld->dl, r, &len);
+        if (!e || len != sizeof x)
+            continue;
+        memcpy(x, e, sizeof x);
+        for (size_t i = 0; i < ARRAY_LEN(sum); i++)
+            sum[i] += x[i];
+    }
+    memcpy(cnt, sum, sizeof sum);
+}
+
+/* Lag, usage and cache figures of each record: this rank's, and at rank 0
+ * of a split run the other ranks' too. */
+static void note_record(void *arg, const struct replay_record *r)
 {
     struct load *ld = arg;
     ld->records++;
@@ -237,6 +284,14 @@ static void observe_record(void *arg, const struct replay_record *r)
     }
 }
 
+static void observe_record(void *arg, const struct replay_record *r)
+{
+    struct load *ld = arg;
+    note_record(ld, r);
+    if (ld->dl)
+        dist_load_record(ld->dl, r);
+}
+
 /* run.json's "live": lag, usage, the target's counts, scrapes. */
 static void extend(void *arg, void *run_json, const struct run_result *res)
 {
@@ -245,6 +300,8 @@ static void extend(void *arg, void *run_json, const struct run_result *res)
     metrics_stat_compute(ld->lags.v, ld->lags.n, &ld->lag_ms);
     struct http_target_counts cnt;
     http_target_counts(ld->tg, &cnt);
+    if (ld->dl)
+        add_rank_counts(ld, &cnt);
     ld->degraded = ld->lag_ms.p99 > o->lag_threshold_ms;
     double hit = ld->prompt_with_cache > 0 ? (double)ld->cached / (double)ld->prompt_with_cache : NAN;
     json_t *live = json_pack(
@@ -267,6 +324,8 @@ static void extend(void *arg, void *run_json, const struct run_result *res)
                                       (json_int_t)ld->scrapes, "failed", (json_int_t)ld->scrape_errors,
                                       "file", "metrics_timeline.jsonl"));
     json_object_set_new((json_t *)run_json, "live", live);
+    if (ld->dl)
+        json_object_set_new((json_t *)run_json, "ranks", dist_load_ranks_json(ld->dl));
 }
 
 /* The run's "config": the replayer's and the load generator's. */
@@ -284,6 +343,20 @@ static json_t *config_json(const struct load_opts *o)
                                   "lag_threshold_ms", o->lag_threshold_ms, "metrics_url",
                                   o->metrics_url[0] ? o->metrics_url : NULL));
     return cfg;
+}
+
+/* Joins the MPI job and waits for the common start (dist_load.h). */
+static int dist_begin(struct load *ld, char *err)
+{
+    if (dist_init(err))
+        return -1;
+    run_signals_install(); /* after MPI_Init, whatever it set */
+    ld->dl = dist_load_create(ld->o->run.out, err);
+    if (!ld->dl || dist_load_start(ld->dl, err)) {
+        fprintf(stderr, "agentreplay load: rank %d: %s\n", dist_rank(), err);
+        dist_abort(EXIT_FAIL);
+    }
+    return 0;
 }
 
 int load_cmd(int argc, char **argv)
@@ -324,7 +397,8 @@ int load_cmd(int argc, char **argv)
         fprintf(stderr, "agentreplay load: %s\n", err);
         return rc;
     }
-    if (results_prepare_dir(o.run.out, o.run.force, err)) {
+    bool lead = dist_env_rank() == 0; /* writes the result (rank 0 of a split run) */
+    if (lead && results_prepare_dir(o.run.out, o.run.force, err)) {
         run_trace_free(&tr);
         return cli_bad("load", err);
     }
@@ -334,16 +408,23 @@ int load_cmd(int argc, char **argv)
         return EXIT_FAIL;
     }
     struct load ld = {.o = &o};
+    if (dist_env_size() > 1 && dist_begin(&ld, err)) {
+        fprintf(stderr, "agentreplay load: %s\n", err);
+        run_trace_free(&tr);
+        return EXIT_FAIL;
+    }
     ld.loop = loop_real_create();
     ld.tg = ld.loop ? http_target_create(hc, ld.loop, err) : NULL;
     if (!ld.tg) {
         cli_bad("load", err[0] ? err : "cannot create the event loop");
+        if (ld.dl)
+            dist_abort(EXIT_BADINPUT); /* the other ranks wait for this one */
         loop_destroy(ld.loop);
         run_trace_free(&tr);
         return EXIT_BADINPUT;
     }
     signal(SIGPIPE, SIG_IGN);
-    if (!o.run.quiet)
+    if (!o.run.quiet && lead)
         fprintf(stderr, "load: %s (%s, model %s), %s, concurrency %d, duration %.0f s\n", hc->url,
                 hc->endpoint == HTTP_EP_CHAT ? "chat" : "completions", hc->model, o.run.trace,
                 o.rc.concurrency, (double)o.rc.duration_ns / 1e9);
@@ -355,13 +436,16 @@ int load_cmd(int argc, char **argv)
         .trace = &tr,
         .rc = &o.rc,
         .slo = &o.run.slo,
-        .dir = o.run.out,
+        .dir = lead ? o.run.out : NULL,
         .loop = ld.loop,
         .tg = ld.tg,
-        .hold = http_target_hold,
+        .hold = ld.dl ? NULL : http_target_hold,
         .inflight = http_target_inflight,
-        .progress = o.run.quiet ? RUN_PROGRESS_NONE : RUN_PROGRESS_LINES,
-        .records_buffer = RECORDS_BUFFER,
+        .progress = o.run.quiet || !lead ? RUN_PROGRESS_NONE : RUN_PROGRESS_LINES,
+        .records_buffer = ld.dl ? 0 : RECORDS_BUFFER,
+        .records_to = ld.dl ? dist_load_records_stream(ld.dl) : NULL,
+        .timeline_to = ld.dl ? dist_load_timeline_stream(ld.dl) : NULL,
+        .summarized = summarized,
         .observe = observe_record,
         .observe_arg = &ld,
         .info = {.command = cmd,
@@ -383,7 +467,7 @@ int load_cmd(int argc, char **argv)
     struct run_result res;
     void *run;
     rc = run_replay(&s, &res, &run, err);
-    if (run && !o.run.quiet)
+    if (run && !o.run.quiet && lead)
         fprintf(stderr,
                 "load: %s%llu calls (%llu errors, %llu cancelled); TTFT P90 %.1f ms, TPOT P90 %.2f ms, "
                 "interactivity P90 %.1f tok/s/user; schedule lag P99 %.3f ms%s; %s/run.json\n",
@@ -411,6 +495,7 @@ int load_cmd(int argc, char **argv)
     dvec_free(&ld.lags);
     target_destroy(ld.tg);
     loop_destroy(ld.loop);
+    dist_load_destroy(ld.dl);
     run_trace_free(&tr);
     free(cmd);
     return rc;
