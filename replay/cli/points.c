@@ -255,6 +255,19 @@ int sweep_write_json(const char *sdir, const struct run_point *pts, int n, char 
     return rc ? err_set(err, "%s: cannot write", path) : 0;
 }
 
+int sweep_write_start(const char *sdir, const struct run_point *pts, int n, char *err)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/sweep.csv", sdir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return err_set(err, "%s: %s", path, strerror(errno));
+    fputs(results_sweep_header, f);
+    if (fclose(f))
+        return err_set(err, "%s: %s", path, strerror(errno));
+    return sweep_write_json(sdir, pts, n, err);
+}
+
 int sweep_write_csv(const char *sdir, const char *name, const struct run_point *pts, int n,
                     bool print, char *err)
 {

@@ -84,5 +84,8 @@ int sweep_write_csv(const char *sdir, const char *name, const struct run_point *
                     bool print, char *err);
 /* SDIR/sweep.json: whether every point is there and complete. */
 int sweep_write_json(const char *sdir, const struct run_point *pts, int n, char *err);
+/* The tables a sweep starts with, before any point: sweep.csv with its
+ * header only and sweep.json marked partial (the end rewrites both). */
+int sweep_write_start(const char *sdir, const struct run_point *pts, int n, char *err);
 
 #endif

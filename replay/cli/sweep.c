@@ -97,6 +97,18 @@ int replay_cmd_sweep(int argc, char **argv)
             return EXIT_FAIL;
         }
         run_signals_install(); /* after MPI_Init, whatever it set */
+        /* A job can be killed before rank 0 writes the tables at its end
+         * (mpirun's SIGKILL follows its SIGTERM within a second, and a
+         * loaded machine may not schedule rank 0 in time): start with a
+         * header-only sweep.csv and a sweep.json marked partial, which the
+         * end rewrites. */
+        if (lead && sweep_write_start(co->run.out, pts, n, err)) {
+            fprintf(stderr, "agentreplay sweep: %s\n", err);
+            free(pts);
+            run_trace_free(&tr);
+            free(cmd);
+            return EXIT_FAIL;
+        }
         failed = points_run_ranks(&env, pts, n, co->jobs, sdir, &end_job);
         if (!lead) {
             free(pts);
