@@ -8,7 +8,7 @@
  *   - the server's usage counts (prompt, completion, cached prompt tokens)
  *     beside ours, and the achieved prefix-cache hit rate from them;
  *   - --metrics-url: the target's Prometheus metrics scraped every tick into
- *     metrics_timeline.jsonl;
+ *     metrics_timeline.jsonl (every sample but histogram buckets);
  *   - Ctrl-C (SIGINT) stops sending, waits up to --grace for the calls in
  *     flight, then cancels the rest, writes everything, marks the result
  *     interrupted and exits 1 (a second Ctrl-C cancels at once).
@@ -179,7 +179,12 @@ static void scrape_done(void *arg, int status, const char *body, size_t len)
                 num[k] = 0;
                 char *e;
                 double v = strtod(num, &e);
-                if (e != num && isfinite(v)) {
+                /* Histogram buckets (vLLM's are most of a scrape, ~20 KB)
+                 * are left out; their _sum and _count stay. */
+                const char *brace = memchr(p, '{', (size_t)(q - p));
+                const char *ne = brace ? brace : q;
+                bool bucket = ne - p >= 7 && !memcmp(ne - 7, "_bucket", 7);
+                if (e != num && isfinite(v) && !bucket) {
                     char name[256];
                     size_t nl2 = (size_t)(q - p) < sizeof name - 1 ? (size_t)(q - p) : sizeof name - 1;
                     memcpy(name, p, nl2);
