@@ -41,10 +41,29 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
 
 NVCC     := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 
+# MPI (README, "Running across machines"): where mpicc (Open MPI) exists,
+# replay/dist.c is compiled with its flags and the programs link its
+# libraries; elsewhere dist.c is a stub and a job of several ranks is
+# refused. `make deps` installs Debian's Open MPI.
+DEB_PKGS += openmpi-bin libopenmpi-dev
+MPICC    := $(shell command -v mpicc 2>/dev/null)
+# Open MPI calls libevent's event_add and others, which libev exports too
+# (its libevent emulation): libevent_core is named first so that the
+# dynamic linker binds them to libevent, not to libev.
+ifneq ($(MPICC),)
+$(BUILD)/replay/dist.o: CFLAGS += -DAGENTREPLAY_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
+LDLIBS   := -Wl,--push-state,--no-as-needed $(shell pkg-config --libs libevent_core 2>/dev/null) \
+            -Wl,--pop-state $(shell $(MPICC) --showme:link 2>/dev/null) $(LDLIBS)
+endif
+
 .PHONY: all test check bench fuzz run deps install clean kernels soak valgrind
 all: deps-ok ./agentreplay $(if $(NVCC),kernels)
 
 # Dependencies: checked cheaply on every build, installed only when missing.
+# Every compile waits for the check (an order-only prerequisite of each
+# object and program below), so `make -j run` on a fresh machine installs
+# first and compiles after; the flags from pkg-config are read when each
+# recipe runs, after the install.
 .PHONY: deps-ok
 deps-ok:
 	@pkg-config --exists libcurl jansson 2>/dev/null && [ -f /usr/include/ev.h ] && \
@@ -58,11 +77,12 @@ deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  $$SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+	    $$missing >/dev/null || exit 1; \
 	else echo "deps: all present"; fi
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -76,7 +96,7 @@ $(BUILD)/agentreplay: $(BUILD)/replay/cli/main.o $(BUILD)/libagentreplay.a
 ./agentreplay: $(BUILD)/agentreplay
 	cp $< $@
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libagentreplay.a tests/testhelp.h
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libagentreplay.a tests/testhelp.h | deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/libagentreplay.a -o $@ $(LDFLAGS) $(LDLIBS)
 
@@ -96,21 +116,28 @@ bench: deps-ok $(BUILD)/agentreplay $(BENCH_BIN)
 
 # Fuzz harnesses: clang's libFuzzer, each for FUZZ_SECONDS.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
-# The harnesses reach no kernel code and no command front (only the
-# kernels command calls the kernels), and kernels/ is built by gcc and
-# nvcc only.
-FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/% replay/cli/%,$(LIB_SRC)))
-build/fuzz/%.o: %.c
+# The harnesses reach no kernel code (only the kernels command calls it),
+# and kernels/ is built by gcc and nvcc only.
+FUZZ_LIB_OBJ := $(patsubst %.c,build/fuzz/%.o,$(filter-out kernels/% replay/cli/kernels.c,$(LIB_SRC)))
+build/fuzz/%.o: %.c | deps-ok
 	@mkdir -p $(dir $@)
 	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -DAGENTREPLAY_DATADIR='"$(PREFIX)/share/agentreplay"' -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
-# Kept between runs (make would delete them as intermediates).
+# Kept between runs (make would delete them as intermediates). Harnesses
+# link an archive, so that each takes only the objects it reaches (the
+# command registry, replay/cli/cli.c, names the kernels command, which the
+# fuzz build leaves out; fuzz_flags.c stands in for it).
 .SECONDARY: $(FUZZ_LIB_OBJ)
-build/fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_LIB_OBJ)
-	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined $^ -o $@ $(LDLIBS)
+build/fuzz/libagentreplay.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+build/fuzz/fuzz_%: tests/fuzz_%.c build/fuzz/libagentreplay.a | deps-ok
+	clang $(CFLAGS_BASE) $(PKG_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined $< \
+	  build/fuzz/libagentreplay.a -o $@ $(LDLIBS)
 fuzz: deps-ok $(FUZZ_BIN)
 	@SHARED=$(SHARED) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz.sh $(FUZZ_BIN)
 
-run: ./agentreplay
+# The main job; on a fresh machine it installs the dependencies first.
+run: deps-ok ./agentreplay
 	./agentreplay
 
 # The 30-minute faults soak (tests/soak.sh; SOAK_SECONDS to change it) and
@@ -163,3 +190,20 @@ conformance: conformance-timing
 conformance-timing: ./agentreplay
 	@AIPERF_VENV=$(AIPERF_VENV) BIN=./agentreplay CONCS="$(CONCS)" DURATION=$(DURATION) RATIO=$(RATIO) \
 	  sh tests/conformance/timing/run.sh $(TRACES) build/conformance/timing
+
+# ---- conformance-peers: AIPerf, GuideLLM and vllm bench serve against serve ----
+# (tests/conformance/peers/run.sh; figures in replay/CONFORMANCE.md, "Peers").
+# The venvs are made on first use from PyPI (peers-venvs); point
+# AIPERF_VENV, GUIDELLM_VENV, VLLM_VENV at existing ones to reuse them.
+# Not part of `make test`; about 5 minutes.
+GUIDELLM_VENV ?= build/guidellm
+VLLM_VENV ?= build/vllm
+PEERS_N1 ?= 16
+PEERS_N2 ?= 96
+PEERS_ENV = AIPERF_VENV=$(AIPERF_VENV) GUIDELLM_VENV=$(GUIDELLM_VENV) VLLM_VENV=$(VLLM_VENV)
+.PHONY: conformance conformance-peers peers-venvs
+conformance: conformance-peers
+peers-venvs:
+	@$(PEERS_ENV) sh tests/conformance/peers/venvs.sh
+conformance-peers: ./agentreplay peers-venvs
+	@$(PEERS_ENV) N1=$(PEERS_N1) N2=$(PEERS_N2) sh tests/conformance/peers/run.sh ./agentreplay build/conformance/peers

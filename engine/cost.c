@@ -53,23 +53,16 @@ static double kern_ns(const struct cost_model *c, int path, int scope,
     }
     if (calibrated)
         *calibrated = false;
-    double t = 0;
-    if (x->klass != KC_COMM) {
-        double tb = x->bytes / (c->g.hbm_bw * class_eff(&c->g, x->klass)) * 1e9;
-        double tf = x->rate > 0 ? x->flops / (x->rate * c->g.eff_compute) * 1e9 : 0;
-        t = tb > tf ? tb : tf;
-    }
-    if (!(x->flags & KF_NOFLOOR))
-        t += c->floor_ns;
-    return t + x->comm_ns;
+    return kern_ns_nocal(c, x);
 }
 
 /* Memory time of a kernel (for the prefetch credit). */
 static double kern_mem_ns(const struct cost_model *c, const struct kern *x)
 {
+    (void)c;
     if (x->klass == KC_COMM)
         return 0;
-    return x->bytes / (c->g.hbm_bw * class_eff(&c->g, x->klass)) * 1e9;
+    return x->bytes / x->bw * 1e9;
 }
 
 /* list_ns() without calibration or per-kernel outputs (cost_step's case
@@ -182,6 +175,30 @@ void cost_make_shape(const struct cost_model *c, const struct cost_batch *b,
     s->n_seq = s->n_dec + s->n_pre;
     s->experts = model_experts_touched(&c->m, s->M);
     s->draft = b->draft > 0 ? b->draft : 0;
+    memcpy(s->bw, c->flat_bw, sizeof s->bw);
+    double extra[PATH_COUNT][N_SLOTS];
+    memcpy(extra, c->flat_extra_ns, sizeof extra);
+    /* The kernel tables at this step's keys: tokens through the layer, or
+     * decoding sequences (at least 1); MLA verification where a sequence
+     * carries several positions. */
+    double key[2] = {s->M > 1 ? s->M : 1, s->n_dec >= 1 ? s->n_dec : s->n_seq >= 1 ? s->n_seq : 1};
+    for (int p = 0; c->any_table && p < PATH_COUNT; p++)
+        for (int k = 0; k < N_SLOTS; k++) {
+            const struct kt_table *t = c->tab[p][k];
+            if (k == SLOT_ATTN_MLA && s->P > 1 && c->tab_mla_verify[p])
+                t = c->tab_mla_verify[p];
+            if (!t || t->key == KT_KEY_SHARD_MB)
+                continue;
+            double eff;
+            kt_lookup(t, key[t->key == KT_KEY_SEQS], &eff, &extra[p][k]);
+            s->bw[p][k] = c->g.hbm_bw * eff;
+        }
+    /* A kernel with a floor pays floor + extra, never below 0. */
+    for (int p = 0; p < PATH_COUNT; p++)
+        for (int k = 0; k < N_SLOTS; k++) {
+            double f = c->floor_ns + extra[p][k];
+            s->fixed_ns[p][k] = f > 0 ? f : 0;
+        }
 }
 
 bool cost_specialized_applies(const struct cost_model *c, const struct cost_batch *b)
@@ -219,7 +236,9 @@ double cost_drafter_ns(const struct cost_model *c, const struct shape *s)
         return cost_cal_lookup_us(e, M, s->n_dec > 0 ? s->sum_ctx / s->n_dec : 0) * 1e3;
     double bytes = m->drafter_params * m->drafter_bits / 8 / c->tp;
     double flops = 2 * m->drafter_params * M / c->tp;
-    double tb = bytes / (c->g.hbm_bw * c->g.eff_gemm) * 1e9;
+    /* Its GEMMs at the standard path's efficiency for its precision. */
+    int slot = m->drafter_bits > 8.5 ? SLOT_GEMM16 : m->drafter_bits > 4.5 ? SLOT_GEMM8 : SLOT_GEMM4;
+    double tb = bytes / s->bw[PATH_STANDARD][slot] * 1e9;
     double tf = flops / (cost_rate_for_bits(&c->g, m->drafter_bits) * c->g.eff_compute) * 1e9;
     double per_layer = DRAFTER_KERNELS_PER_LAYER * c->floor_ns +
                        2 * cost_allreduce_ns(c, M * m->hidden * 2, false);
@@ -327,6 +346,68 @@ int cost_breakdown(const struct cost_model *c, const struct cost_batch *b,
 
 /* ---- creation ---- */
 
+/* The table behind each slot (the most specific class the preset has),
+ * the flat bandwidths, the grouped slot at this model's expert shard, and
+ * the measured all-reduce tables at this tp. */
+static void cost_resolve_tables(struct cost_model *c)
+{
+    const struct gpu_preset *g = &c->g;
+    static const int chain[N_SLOTS][3] = {
+        [SLOT_STREAM] = {KT_STREAM, -1, -1},
+        [SLOT_GEMM16] = {KT_GEMM_BF16, KT_GEMM, -1},
+        [SLOT_GEMM8] = {KT_GEMM_FP8, KT_GEMM, -1},
+        [SLOT_GEMM4] = {KT_GEMM, -1, -1},
+        [SLOT_GROUPED] = {KT_GROUPED, -1, -1},
+        [SLOT_ATTN_KDA] = {KT_ATTENTION, -1, -1},
+        [SLOT_ATTN_MLA] = {KT_ATTENTION_MLA, KT_ATTENTION, -1},
+        [SLOT_ATTN_GQA] = {KT_ATTENTION_GQA, KT_ATTENTION, -1},
+        [SLOT_ELEM] = {KT_ELEMENTWISE, -1, -1},
+    };
+    static const int klass[N_SLOTS] = {
+        [SLOT_STREAM] = KC_STREAM, [SLOT_GEMM16] = KC_GEMM, [SLOT_GEMM8] = KC_GEMM,
+        [SLOT_GEMM4] = KC_GEMM, [SLOT_GROUPED] = KC_GROUPED, [SLOT_ATTN_KDA] = KC_ATTN,
+        [SLOT_ATTN_MLA] = KC_ATTN, [SLOT_ATTN_GQA] = KC_ATTN, [SLOT_ELEM] = KC_ELEM,
+    };
+    const struct model_preset *m = &c->m;
+    double shard_mb = 0;
+    if (m->n_experts > 0) {
+        double w = m->expert_latent > 0 ? m->expert_latent : m->hidden;
+        double be = m->bits_expert / 8.0 +
+                    (m->expert_group > 0 && m->bits_expert < 8 ? 1.0 / m->expert_group : 0.0);
+        shard_mb = 3 * w * (double)m->expert_intermediate / c->tp * be / 1e6;
+    }
+    c->any_table = false;
+    for (int p = 0; p < PATH_COUNT; p++) {
+        for (int k = 0; k < N_SLOTS; k++) {
+            const struct kt_table *t = NULL;
+            for (int j = 0; j < 3 && !t && chain[k][j] >= 0; j++)
+                if (g->kt[p][chain[k][j]].n > 0)
+                    t = &g->kt[p][chain[k][j]];
+            c->flat_bw[p][k] = g->hbm_bw * class_eff(g, klass[k]);
+            c->flat_extra_ns[p][k] = 0;
+            c->tab[p][k] = NULL;
+            if (t && t->key == KT_KEY_SHARD_MB) {
+                double eff, extra;
+                kt_lookup(t, shard_mb, &eff, &extra);
+                c->flat_bw[p][k] = g->hbm_bw * eff;
+                c->flat_extra_ns[p][k] = extra;
+            } else if (t) {
+                c->tab[p][k] = t;
+                c->any_table = true;
+            }
+        }
+        const struct kt_table *v = &g->kt[p][KT_ATTENTION_MLA_VERIFY];
+        c->tab_mla_verify[p] = v->n > 0 && v->key != KT_KEY_SHARD_MB ? v : NULL;
+        c->any_table |= c->tab_mla_verify[p] != NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        c->art[i] = NULL;
+    for (int kind = 0; kind < AR_TABLE_KINDS; kind++)
+        for (int i = 0; i < g->n_ar[kind]; i++)
+            if (g->ar[kind][i].ranks == c->tp && g->ar[kind][i].n > 0)
+                c->art[kind == AR_TABLE_ONESHOT ? 0 : 2] = &g->ar[kind][i];
+}
+
 static int check_div(char *err, const char *model, int tp, int n, const char *what)
 {
     if (n > 0 && n % tp != 0)
@@ -354,8 +435,7 @@ struct cost_model *cost_create(const struct model_preset *m,
     c->m = *m;
     c->g = *g;
     c->tp = tp;
-    for (int kc = 0; kc <= KC_COMM; kc++)
-        c->bw_eff[kc] = c->g.hbm_bw * class_eff(&c->g, kc);
+    cost_resolve_tables(c);
     c->backend = backend;
     c->floor_ns = g->kernel_floor_ns;
     c->overhead_ns = g->step_overhead_ns;
@@ -363,6 +443,7 @@ struct cost_model *cost_create(const struct model_preset *m,
                       (tp == 8 || tp == 16) && tp <= g->nvlink_domain;
     for (int i = 0; i < m->n_layers; i++)
         c->n_variant[m->layer_kind[i]][m->layer_moe[i] ? 1 : 0]++;
+    cost_kern_slots(c);
     if (calibration_path && *calibration_path) {
         size_t len;
         char *text = file_read(calibration_path, &len, err);

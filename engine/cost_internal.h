@@ -99,6 +99,17 @@ enum { PATH_STANDARD = 0, PATH_SPECIALIZED = 1, PATH_COUNT };
 #define MAX_KERNELS 32
 
 
+/* Where a kernel's efficiency and extra fixed time come from: its class,
+ * refined by weight precision (GEMMs) or layer kind (attention); each
+ * slot resolves to a preset table (engine/preset.h kt_table) or to the
+ * flat efficiency of its class. */
+enum kslot {
+    SLOT_STREAM, SLOT_GEMM16, SLOT_GEMM8, SLOT_GEMM4, SLOT_GROUPED,
+    SLOT_ATTN_KDA, SLOT_ATTN_MLA, SLOT_ATTN_GQA, SLOT_ELEM, N_SLOTS
+};
+
+#define KSLOT_NONE 0xff
+
 struct kern {
     enum kid id;
     int klass;
@@ -107,6 +118,9 @@ struct kern {
     double flops;    /* per GPU */
     double rate;     /* datasheet FLOP/s for the kernel's precision */
     double comm_ns;  /* reduction time inside the kernel */
+    double bw;       /* achieved bytes/s: HBM x the slot's efficiency */
+    double fixed_ns; /* floor + the slot's extra fixed time (0 for
+                        KF_NOFLOOR kernels) */
 };
 
 /* Calibration: measured times of one kernel, a grid in (batch, context). */
@@ -126,9 +140,21 @@ struct cost_model {
     const char *cal_names[PATH_COUNT * N_SCOPES * K_COUNT];
     char cal_name_buf[PATH_COUNT * N_SCOPES * K_COUNT][80];
     int n_cal;
-    /* hbm_bw * class_eff(klass), per kernel class (the same products the
-     * formulas take; set with g). */
-    double bw_eff[KC_COMM + 1];
+    /* Per path and slot: the table that prices it (NULL: the flat
+     * efficiency), the verification table of MLA attention, and the flat
+     * achieved bandwidth (hbm_bw x efficiency; for the grouped slot the
+     * model's expert shard already looked up). */
+    const struct kt_table *tab[PATH_COUNT][N_SLOTS];
+    const struct kt_table *tab_mla_verify[PATH_COUNT];
+    double flat_bw[PATH_COUNT][N_SLOTS], flat_extra_ns[PATH_COUNT][N_SLOTS];
+    bool any_table;
+    /* The slot of each kernel by path and scope (a layer kind, or the step;
+     * a kernel's class and precision are fixed by the model), found once at
+     * creation so that pricing a list costs one load per kernel. */
+    uint8_t kslot[PATH_COUNT][N_SCOPES][K_COUNT]; /* KSLOT_NONE: not met */
+    bool kslot_ready;
+    /* Measured all-reduce tables at this tp (NULL: the two-point figures). */
+    const struct ar_table *art[3];
     /* The majority variant (MoE or dense) of each layer kind, and how many
      * layers of each (kind, moe). */
     int n_variant[LAYER_KIND_COUNT][2];
@@ -144,6 +170,10 @@ struct shape {
     double n_seq;    /* sequences in the step */
     double experts;  /* distinct routed experts touched */
     double draft;
+    /* Per path and slot, from the kernel tables at this step's keys: the
+     * achieved bandwidth (bytes/s), and the fixed time of a kernel with a
+     * floor (the floor plus the table's extra time, at least 0; ns). */
+    double bw[PATH_COUNT][N_SLOTS], fixed_ns[PATH_COUNT][N_SLOTS];
 };
 
 /* ---- kernel lists (cost_kernels.c) ---- */
@@ -187,19 +217,25 @@ double cost_list_ns_nocal(const struct cost_model *c, const struct kern *k, int 
 /* The drafter's time per step (ns). */
 double cost_drafter_ns(const struct cost_model *c, const struct shape *s);
 
-/* kern_ns() for a model without calibration: the same arithmetic, the
- * class bandwidths taken from bw_eff. */
+/* Sets bw and fixed_ns of kernels k[from .. n) (a layer of `kind`, or
+ * the step's kernels with kind SCOPE_STEP) from the shape's slot values. */
+void cost_kern_rates(const struct cost_model *c, int path, int kind, const struct shape *s,
+                     struct kern *k, int from, int n);
+/* Fills c->kslot (cost_create, once the tables are resolved). FFN kernels
+ * are found under scope LAYER_KIND_COUNT with the step's (their ids are
+ * distinct). */
+void cost_kern_slots(struct cost_model *c);
+
+/* kern_ns() for a model without calibration: the same arithmetic. */
 static inline double kern_ns_nocal(const struct cost_model *c, const struct kern *x)
 {
     double t = 0;
     if (x->klass != KC_COMM) {
-        double tb = x->bytes / c->bw_eff[x->klass] * 1e9;
+        double tb = x->bytes / x->bw * 1e9;
         double tf = x->rate > 0 ? x->flops / (x->rate * c->g.eff_compute) * 1e9 : 0;
         t = tb > tf ? tb : tf;
     }
-    if (!(x->flags & KF_NOFLOOR))
-        t += c->floor_ns;
-    return t + x->comm_ns;
+    return t + x->fixed_ns + x->comm_ns;
 }
 
 #endif

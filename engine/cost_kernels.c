@@ -44,12 +44,28 @@ static double allreduce_impl_ns(const struct cost_model *c, double bytes, int im
     if (c->tp <= 1)
         return 0;
     double l16 = c->g.ar_library_ns, l1m = c->g.ar_library_1m_ns;
-    if (impl == 0) {
+    if (impl == 0 || impl == 3) {
         l16 = c->g.ar_oneshot_ns;
         l1m = c->g.ar_oneshot_1m_ns;
     } else if (impl == 1) {
         l16 = c->g.ar_multimem_ns;
         l1m = c->g.ar_multimem_1m_ns;
+    }
+    const struct ar_table *t = impl <= 2 ? c->art[impl] : NULL;
+    if (t) {
+        /* Measured: log-linear between the points, flat below the first,
+         * the transfer beyond the last at link bandwidth. */
+        if (bytes <= t->bytes[0])
+            return t->ns[0];
+        int n = t->n;
+        if (bytes >= t->bytes[n - 1])
+            return t->ns[n - 1] + (bytes - t->bytes[n - 1]) * 2.0 * (c->tp - 1) / c->tp /
+                                      c->g.link_bw * 1e9;
+        int i = 1;
+        while (t->bytes[i] < bytes)
+            i++;
+        double f = log(bytes / t->bytes[i - 1]) / log(t->bytes[i] / t->bytes[i - 1]);
+        return t->ns[i - 1] + (t->ns[i] - t->ns[i - 1]) * f;
     }
     const double k16 = 16384, m1 = 1048576;
     if (bytes <= k16)
@@ -76,16 +92,93 @@ static enum ar_impl std_ar(const struct cost_model *c)
     return AR_LIBRARY;
 }
 
-/* fused: the specialized path's own one-shot kernel; else the standard
- * path's choice. */
+/* fused: the specialized path's own one-shot kernel (the preset's
+ * two-point figures: the measured tables are the serving stack's
+ * all-reduce, which that kernel replaces); else the standard path's
+ * choice. */
 double cost_allreduce_ns(const struct cost_model *c, double bytes, bool fused)
 {
-    return allreduce_impl_ns(c, bytes, fused ? AR_ONESHOT : (int)std_ar(c));
+    return allreduce_impl_ns(c, bytes, fused ? 3 : (int)std_ar(c));
 }
 
 static double wbytes(double bits, int group)
 {
     return bits / 8.0 + (group > 0 && bits < 8 ? 1.0 / group : 0.0);
+}
+
+/* The slot of a GEMM by its weights' precision. */
+static int gemm_slot(double bits)
+{
+    return bits > 8.5 ? SLOT_GEMM16 : bits > 4.5 ? SLOT_GEMM8 : SLOT_GEMM4;
+}
+
+static int kern_slot(const struct cost_model *c, const struct kern *x, int kind)
+{
+    switch (x->klass) {
+    case KC_STREAM: return SLOT_STREAM;
+    case KC_GROUPED: return SLOT_GROUPED;
+    case KC_ATTN:
+        return kind == LAYER_MLA ? SLOT_ATTN_MLA : kind == LAYER_GQA ? SLOT_ATTN_GQA : SLOT_ATTN_KDA;
+    case KC_GEMM: {
+        bool shared = x->id == K_SHARED_GATE_UP || x->id == K_SHARED_DOWN ||
+                      x->id == K_SHARED_GATE_UP_ACT;
+        return gemm_slot(shared ? c->m.bits_shared : c->m.bits_trunk);
+    }
+    }
+    return SLOT_ELEM;
+}
+
+void cost_kern_rates(const struct cost_model *c, int path, int kind, const struct shape *s,
+                     struct kern *k, int from, int n)
+{
+    const double *bw = s->bw[path], *fx = s->fixed_ns[path];
+    if (__builtin_expect(!c->kslot_ready, 0)) {
+        for (int i = from; i < n; i++) {
+            int slot = kern_slot(c, &k[i], kind);
+            k[i].bw = bw[slot];
+            k[i].fixed_ns = k[i].flags & KF_NOFLOOR ? 0 : fx[slot];
+        }
+        return;
+    }
+    const uint8_t *ks = c->kslot[path][kind];
+    for (int i = from; i < n; i++) {
+        int slot = ks[k[i].id];
+        if (__builtin_expect(slot == KSLOT_NONE, 0)) /* a kernel the probes did not meet */
+            slot = kern_slot(c, &k[i], kind);
+        k[i].bw = bw[slot];
+        k[i].fixed_ns = k[i].flags & KF_NOFLOOR ? 0 : fx[slot];
+    }
+}
+
+void cost_kern_slots(struct cost_model *c)
+{
+    /* Probes: one and 64 tokens (the specialized path's small- and
+     * large-batch projections); any other kernel is looked up when met. */
+    struct cost_batch probe[2] = {{.n_decode = 1, .decode_positions = 1},
+                                  {.n_decode = 64, .decode_positions = 1}};
+    struct shape s;
+    struct kern k[MAX_KERNELS];
+    memset(c->kslot, KSLOT_NONE, sizeof c->kslot);
+    for (int q = 0; q < 2; q++) {
+        cost_make_shape(c, &probe[q], &s);
+        for (int p = 0; p < PATH_COUNT; p++) {
+            for (int kind = 0; kind < LAYER_KIND_COUNT; kind++) {
+                int n = cost_attn_kernels(c, p, kind, &s, k, 0);
+                for (int i = 0; i < n; i++)
+                    c->kslot[p][kind][k[i].id] = (uint8_t)kern_slot(c, &k[i], kind);
+            }
+            for (int moe = 0; moe < 2; moe++) {
+                int n = cost_ffn_kernels(c, p, moe, &s, k, 0);
+                for (int i = 0; i < n; i++)
+                    c->kslot[p][LAYER_KIND_COUNT][k[i].id] =
+                        (uint8_t)kern_slot(c, &k[i], LAYER_KIND_COUNT);
+            }
+            int n = cost_step_kernels(c, &s, k, 0);
+            for (int i = 0; i < n; i++)
+                c->kslot[p][SCOPE_STEP][k[i].id] = (uint8_t)kern_slot(c, &k[i], SCOPE_STEP);
+        }
+    }
+    c->kslot_ready = true;
 }
 
 static struct kern *push(struct kern *k, int *n, enum kid id, int klass,
@@ -99,8 +192,29 @@ static struct kern *push(struct kern *k, int *n, enum kid id, int klass,
 
 /* ---- per-layer kernel lists ---- */
 
+static int attn_kernels(const struct cost_model *c, int path, int kind,
+                        const struct shape *s, struct kern *k, int n);
+static int ffn_kernels(const struct cost_model *c, int path, bool moe,
+                       const struct shape *s, struct kern *k, int n);
+
 int cost_attn_kernels(const struct cost_model *c, int path, int kind,
                       const struct shape *s, struct kern *k, int n)
+{
+    int e = attn_kernels(c, path, kind, s, k, n);
+    cost_kern_rates(c, path, kind, s, k, n, e);
+    return e;
+}
+
+int cost_ffn_kernels(const struct cost_model *c, int path, bool moe,
+                     const struct shape *s, struct kern *k, int n)
+{
+    int e = ffn_kernels(c, path, moe, s, k, n);
+    cost_kern_rates(c, path, LAYER_KIND_COUNT, s, k, n, e);
+    return e;
+}
+
+static int attn_kernels(const struct cost_model *c, int path, int kind,
+                        const struct shape *s, struct kern *k, int n)
 {
     const struct model_preset *m = &c->m;
     const struct gpu_preset *g = &c->g;
@@ -228,8 +342,8 @@ int cost_attn_kernels(const struct cost_model *c, int path, int kind,
     return n;
 }
 
-int cost_ffn_kernels(const struct cost_model *c, int path, bool moe,
-                     const struct shape *s, struct kern *k, int n)
+static int ffn_kernels(const struct cost_model *c, int path, bool moe,
+                       const struct shape *s, struct kern *k, int n)
 {
     const struct model_preset *m = &c->m;
     const struct gpu_preset *g = &c->g;
@@ -326,6 +440,7 @@ int cost_step_kernels(const struct cost_model *c, const struct shape *s,
     /* Logits are needed only for the positions that sample: decode
      * positions and the last token of each prefill chunk. */
     double L = s->n_dec * s->P + s->n_pre;
+    int n0 = n;
     push(k, &n, K_EMBED, KC_ELEM, M * h * 2 * 2 + M * 8, 0, g->flops_bf16);
     push(k, &n, K_FINAL_NORM, KC_ELEM, L * h * 2 * 3, 0, g->flops_bf16);
     push(k, &n, K_LM_HEAD, KC_STREAM, V / tp * h * bt + L * h * 2 + L * V / tp * 4,
@@ -334,6 +449,7 @@ int cost_step_kernels(const struct cost_model *c, const struct shape *s,
     x->comm_ns = cost_allreduce_ns(c, L * V / tp * 4, false);
     x->flags = KF_NOFLOOR;
     push(k, &n, K_SAMPLER, KC_ELEM, L * V * 4 * 2, 0, g->flops_bf16);
+    cost_kern_rates(c, PATH_STANDARD, SCOPE_STEP, s, k, n0, n);
     return n;
 }
 

@@ -67,7 +67,9 @@ static bool kern_same(const struct kern *a, const struct kern *b)
            memcmp(&a->bytes, &b->bytes, sizeof a->bytes) == 0 &&
            memcmp(&a->flops, &b->flops, sizeof a->flops) == 0 &&
            memcmp(&a->rate, &b->rate, sizeof a->rate) == 0 &&
-           memcmp(&a->comm_ns, &b->comm_ns, sizeof a->comm_ns) == 0;
+           memcmp(&a->comm_ns, &b->comm_ns, sizeof a->comm_ns) == 0 &&
+           memcmp(&a->bw, &b->bw, sizeof a->bw) == 0 &&
+           memcmp(&a->fixed_ns, &b->fixed_ns, sizeof a->fixed_ns) == 0;
 }
 
 static void memo_fill(const struct cost_model *c, const struct cost_batch *b,

@@ -657,15 +657,25 @@ int engine_trace_open(struct engine *e, const char *path, int64_t kernel_step, c
     return 0;
 }
 
-void engine_trace_close(struct engine *e)
+int engine_trace_close(struct engine *e)
 {
     if (!e->trace)
-        return;
+        return 0;
     fprintf(e->trace, "\n]}\n");
-    fclose(e->trace);
+    /* A write that failed on the way (a full disk) leaves the stream's
+     * error flag; the last flush sets errno. */
+    errno = 0;
+    int bad = fflush(e->trace) != 0 || ferror(e->trace);
+    int saved = errno ? errno : EIO;
+    bad |= fclose(e->trace) != 0;
     e->trace = NULL;
     for (int i = 0; i < e->n_rep; i++)
         e->rep[i].on_step = NULL;
+    if (bad) {
+        errno = saved;
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- the engine as a target ---- */

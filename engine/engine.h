@@ -160,7 +160,8 @@ void engine_get_replica_stats(const struct engine *e, int replica,
  * global index kernel_step (0-based, in order of completion; -1: none)
  * laid out layer by layer from cost_breakdown(). Close before reading. */
 int engine_trace_open(struct engine *e, const char *path, int64_t kernel_step, char *err);
-void engine_trace_close(struct engine *e);
+/* 0, or -1 when a write failed (errno says why: a full disk). */
+int engine_trace_close(struct engine *e);
 
 const char *engine_backend_name(enum engine_backend b);
 const char *engine_router_name(enum engine_router r);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/preset.h"
@@ -51,6 +52,16 @@ int decode_setup_run(const struct decode_opts *o, struct decode_setup *s,
 {
     return cost_decode_run(s->c, o->batch, o->isl, o->osl, o->spec ? o->draft : 0,
                            o->spec ? s->accept_len : 0, r, err);
+}
+
+int decode_measure(const struct decode_opts *o, struct decode_setup *s,
+                   struct cost_decode_run *r, char *err)
+{
+    int rc = decode_setup_open(o, s, err);
+    if (!rc)
+        rc = decode_setup_run(o, s, r, err);
+    decode_setup_close(s);
+    return rc;
 }
 
 void decode_opts_defaults(struct decode_opts *o)
@@ -103,11 +114,7 @@ static int fid_row(struct fidelity_row *row, const char *setup, const char *gpu,
     }
     struct decode_setup s;
     struct cost_decode_run r;
-    int rc = decode_setup_open(&o, &s, err);
-    if (!rc)
-        rc = decode_setup_run(&o, &s, &r, err);
-    decode_setup_close(&s);
-    if (rc)
+    if (decode_measure(&o, &s, &r, err))
         return -1;
     memset(row, 0, sizeof *row);
     snprintf(row->setup, sizeof row->setup, "%s", setup);
@@ -164,11 +171,22 @@ int fidelity_write_csv(const char *path, char *err)
     int n = fidelity_rows(rows, 64, err);
     if (n < 0)
         return -1;
+    struct ext_row *ext;
+    int ne;
+    if (ext_rows_load(NULL, &ext, &ne, err) || ext_rows_predict(ext, ne, err))
+        return -1;
     FILE *f = fopen(path, "w");
-    if (!f)
+    if (!f) {
+        free(ext);
         return err_set(err, "%s: %s", path, strerror(errno));
+    }
+    /* Kimi K3 rows (aggregate decode tok/s), then the external validation
+     * rows (per-user tok/s: 1000 / TPOT for serving rows; batch = the
+     * benchmark's concurrency). positions: decode positions per sequence
+     * (8 at the DSpark rows: the verification step's per-layer view). */
     fprintf(f, "setup,gpu,gpus,tp,backend,batch,spec,acceptance,predicted_tok_s,"
-               "published_tok_s,step_us,layer_us\n");
+               "published_tok_s,step_us,layer_us,positions,kernels_per_layer,role,metric,id,"
+               "error\n");
     for (int i = 0; i < n; i++) {
         const struct fidelity_row *r = &rows[i];
         fprintf(f, "%s,%s,%d,%d,%s,%d,%s,", r->setup, r->gpu, r->gpus, r->tp, r->backend,
@@ -178,8 +196,26 @@ int fidelity_write_csv(const char *path, char *err)
         fprintf(f, ",%.2f,", r->predicted_tok_s);
         if (r->published_tok_s > 0)
             fprintf(f, "%.1f", r->published_tok_s);
-        fprintf(f, ",%.1f,%.3f\n", r->step_us, r->layer_us);
+        fprintf(f, ",%.1f,%.3f,%d,%d,kimi-k3,decode_tok_s,,", r->step_us, r->layer_us,
+                r->draft ? r->draft + 1 : 1, r->kernels_per_layer);
+        if (r->published_tok_s > 0)
+            fprintf(f, "%.4f", r->predicted_tok_s / r->published_tok_s - 1);
+        fputc('\n', f);
     }
+    for (int i = 0; i < ne; i++) {
+        const struct ext_row *x = &ext[i];
+        if (x->role != EXT_VALIDATION)
+            continue;
+        bool tpot = x->metric == EXT_TPOT_MS;
+        char fam[sizeof x->model];
+        memcpy(fam, x->model, sizeof fam);
+        fam[strcspn(fam, "-.")] = 0; /* "llama", "deepseek" */
+        fprintf(f, "ext-%s-%s,%s,%d,%d,auto,%d,none,,%.3f,%.3f,,,1,,validation,%s,%s,%.4f\n",
+                fam, x->gpu, x->gpu, x->gpus, x->tp, x->concurrency,
+                tpot ? 1000 / x->predicted : x->predicted, tpot ? 1000 / x->published : x->published,
+                ext_metric_name(x->metric), x->id, x->error);
+    }
+    free(ext);
     if (fclose(f) != 0)
         return err_set(err, "%s: %s", path, strerror(errno));
     return 0;

@@ -86,7 +86,8 @@ void handoff_hints_init(struct handoff_hints *hs);
 /* Frees every hint (their parks are left to the pool being freed). */
 void handoff_hints_free(struct handoff_hints *hs);
 
-/* A new request: gen is its generation array (cap_blk entries), bytes its
+/* A new request: gen is its generation array (cap_blk entries; NULL until
+ * its arrays are made at its first admission attempt), bytes its
  * allocation. */
 void handoff_init(struct handoff *ho, uint32_t *gen, int64_t bytes);
 /* Frees what a request's handoff owns (before the request is freed). */

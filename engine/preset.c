@@ -11,6 +11,7 @@
 
 #include "traces/base/err.h"
 #include "traces/base/file.h"
+#include "traces/base/limits.h"
 
 /* ---- small JSON readers that name the field in their messages ---- */
 
@@ -342,6 +343,273 @@ int preset_parse_model(const char *text, size_t len, const char *label,
 
 /* ---- GPUs ---- */
 
+static const char *const kt_class_names[KT_CLASS_COUNT] = {
+    "gemm", "gemm_bf16", "gemm_fp8", "grouped", "attention", "attention_gqa",
+    "attention_mla", "attention_mla_verify", "stream", "elementwise",
+};
+static const char *const kt_key_names[] = {"tokens", "seqs", "expert_shard_mb"};
+static const char *const kt_path_names[KT_PATHS] = {"auto", "latency_specialized"};
+static const char *const ar_kind_names[AR_TABLE_KINDS] = {"oneshot", "library"};
+
+const char *kt_class_name(int cls)
+{
+    return cls >= 0 && cls < KT_CLASS_COUNT ? kt_class_names[cls] : "?";
+}
+
+const char *kt_key_name(int key)
+{
+    return key >= 0 && key <= KT_KEY_SHARD_MB ? kt_key_names[key] : "?";
+}
+
+void kt_lookup(const struct kt_table *t, double x, double *eff, double *extra_ns)
+{
+    ASSERT(t->n > 0);
+    int n = t->n;
+    if (!(x > t->x[0])) {
+        *eff = t->eff[0], *extra_ns = t->extra_ns[0];
+        return;
+    }
+    if (x >= t->x[n - 1]) {
+        *eff = t->eff[n - 1], *extra_ns = t->extra_ns[n - 1];
+        return;
+    }
+    int i = 1;
+    while (t->x[i] < x)
+        i++;
+    double f = log2(x / t->x[i - 1]) / log2(t->x[i] / t->x[i - 1]);
+    *eff = t->eff[i - 1] + (t->eff[i] - t->eff[i - 1]) * f;
+    *extra_ns = t->extra_ns[i - 1] + (t->extra_ns[i] - t->extra_ns[i - 1]) * f;
+}
+
+/* An array of numbers [x, y(, z)] at path; n numbers wanted (n_opt of
+ * them optional at the end). 0 or -1 (c failed). */
+static int jpoint(struct pctx *c, json_t *v, const char *path, int n, int n_opt, double *out)
+{
+    size_t len = json_is_array(v) ? json_array_size(v) : 0;
+    if (!json_is_array(v) || len > (size_t)n || len < (size_t)(n - n_opt)) {
+        char what[64];
+        snprintf(what, sizeof what, "must be an array of %d%s numbers", n - n_opt,
+                 n_opt ? " or more" : "");
+        return pfail_s(c, path, what);
+    }
+    for (int i = 0; i < n; i++) {
+        json_t *x = (size_t)i < len ? json_array_get(v, (size_t)i) : NULL;
+        if (!x) {
+            out[i] = 0;
+            continue;
+        }
+        if (!json_is_number(x) || !isfinite(json_number_value(x)))
+            return pfail_s(c, path, "must hold finite numbers");
+        out[i] = json_number_value(x);
+    }
+    return 0;
+}
+
+/* Index of s in names[0..n), or -1. */
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
+
+/* Every table cites its source: o.source a non-empty string. */
+static int need_source(struct pctx *c, json_t *o, const char *path)
+{
+    char p[192];
+    snprintf(p, sizeof p, "%s.source", path);
+    json_t *sv = json_object_get(o, "source");
+    if (!json_is_string(sv) || json_string_length(sv) == 0)
+        return pfail_s(c, p, "missing (every table cites its source)");
+    return 0;
+}
+
+/* o.points: an array of 1..max points; NULL (c failed) otherwise. */
+static json_t *points_of(struct pctx *c, json_t *o, const char *path, int max)
+{
+    char p[192];
+    snprintf(p, sizeof p, "%s.points", path);
+    json_t *pts = json_object_get(o, "points");
+    if (!json_is_array(pts) || json_array_size(pts) < 1 || json_array_size(pts) > (size_t)max) {
+        char what[64];
+        snprintf(what, sizeof what, "must be an array of 1..%d points", max);
+        pfail_s(c, p, what);
+        return NULL;
+    }
+    return pts;
+}
+
+/* One kernel table: {"key": K, "points": [[x, eff, extra_us], ...],
+ * "source": "..."}; keys strictly increasing and positive, efficiencies in
+ * (0, 1], extra time in [-1000, 1000] us. */
+static void parse_kt(struct pctx *c, json_t *v, const char *path, struct kt_table *t)
+{
+    char p[160];
+    if (!json_is_object(v)) {
+        pfail_s(c, path, "must be an object {key, points, source}");
+        return;
+    }
+    if (need_source(c, v, path))
+        return;
+    snprintf(p, sizeof p, "%s.key", path);
+    json_t *kv = json_object_get(v, "key");
+    t->key = json_is_string(kv) ? name_index(json_string_value(kv), kt_key_names, 3) : -1;
+    if (t->key < 0) {
+        pfail_s(c, p, "must be \"tokens\", \"seqs\" or \"expert_shard_mb\"");
+        return;
+    }
+    json_t *pts = points_of(c, v, path, KT_MAX_POINTS);
+    if (!pts)
+        return;
+    snprintf(p, sizeof p, "%s.points", path);
+    size_t i;
+    json_t *pt;
+    json_array_foreach(pts, i, pt) {
+        char pi[176];
+        snprintf(pi, sizeof pi, "%s[%zu]", p, i);
+        double a[3];
+        if (jpoint(c, pt, pi, 3, 1, a))
+            return;
+        if (!(a[0] > 0) || a[0] > 1e9)
+            pfail(c, pi, "key out of range", a[0], "(0, 1e9]");
+        else if (i > 0 && !(a[0] > t->x[i - 1]))
+            pfail(c, pi, "keys must increase", a[0], NULL);
+        else if (!(a[1] > 0) || a[1] > 1)
+            pfail(c, pi, "efficiency out of range", a[1], "(0, 1]");
+        else if (a[2] < -1000 || a[2] > 1000)
+            pfail(c, pi, "extra_us out of range", a[2], "[-1000, 1000]");
+        if (c->failed)
+            return;
+        t->x[i] = a[0];
+        t->eff[i] = a[1];
+        t->extra_ns[i] = a[2] * 1e3;
+    }
+    t->n = (int)json_array_size(pts);
+}
+
+/* "kernel_tables": {"auto": {class: table, ...}, "latency_specialized":
+ * {...}}, both paths optional. */
+static void parse_kernel_tables(struct pctx *c, json_t *root, struct gpu_preset *g)
+{
+    json_t *kt = json_object_get(root, "kernel_tables");
+    if (!kt || c->failed)
+        return;
+    if (!json_is_object(kt)) {
+        pfail_s(c, "kernel_tables", "must be an object of paths");
+        return;
+    }
+    const char *pname;
+    json_t *pv;
+    json_object_foreach(kt, pname, pv) {
+        char p[96];
+        snprintf(p, sizeof p, "kernel_tables.%.40s", pname);
+        int path = name_index(pname, kt_path_names, KT_PATHS);
+        if (path < 0) {
+            pfail_s(c, p, "unknown path (auto, latency_specialized)");
+            return;
+        }
+        if (!json_is_object(pv)) {
+            pfail_s(c, p, "must be an object of kernel classes");
+            return;
+        }
+        const char *cname;
+        json_t *cv;
+        json_object_foreach(pv, cname, cv) {
+            char pc[144];
+            snprintf(pc, sizeof pc, "%s.%.40s", p, cname);
+            int cls = name_index(cname, kt_class_names, KT_CLASS_COUNT);
+            if (cls < 0) {
+                pfail_s(c, pc, "unknown kernel class");
+                return;
+            }
+            parse_kt(c, cv, pc, &g->kt[path][cls]);
+            if (c->failed)
+                return;
+            if (cls == KT_GROUPED ? g->kt[path][cls].key != KT_KEY_SHARD_MB
+                                  : g->kt[path][cls].key == KT_KEY_SHARD_MB) {
+                pfail_s(c, pc, cls == KT_GROUPED ? "grouped tables are keyed by expert_shard_mb"
+                                                 : "only grouped tables are keyed by expert_shard_mb");
+                return;
+            }
+        }
+    }
+}
+
+/* "allreduce_tables": {"oneshot": [{"ranks": R, "points": [[bytes, us],
+ * ...], "source": "..."}, ...], "library": [...]}. */
+static void parse_ar_tables(struct pctx *c, json_t *root, struct gpu_preset *g)
+{
+    json_t *at = json_object_get(root, "allreduce_tables");
+    if (!at || c->failed)
+        return;
+    if (!json_is_object(at)) {
+        pfail_s(c, "allreduce_tables", "must be an object");
+        return;
+    }
+    const char *kname;
+    json_t *kv;
+    json_object_foreach(at, kname, kv) {
+        char p[96];
+        snprintf(p, sizeof p, "allreduce_tables.%.40s", kname);
+        int kind = name_index(kname, ar_kind_names, AR_TABLE_KINDS);
+        if (kind < 0) {
+            pfail_s(c, p, "unknown all-reduce (oneshot, library)");
+            return;
+        }
+        if (!json_is_array(kv) || json_array_size(kv) > AR_MAX_RANKS) {
+            char what[64];
+            snprintf(what, sizeof what, "must be an array of at most %d tables", AR_MAX_RANKS);
+            pfail_s(c, p, what);
+            return;
+        }
+        size_t i;
+        json_t *e;
+        json_array_foreach(kv, i, e) {
+            char pe[112], pp[160];
+            snprintf(pe, sizeof pe, "%s[%zu]", p, i);
+            struct ar_table *t = &g->ar[kind][i];
+            memset(t, 0, sizeof *t);
+            if (!json_is_object(e)) {
+                pfail_s(c, pe, "must be an object {ranks, points, source}");
+                return;
+            }
+            if (need_source(c, e, pe))
+                return;
+            snprintf(pp, sizeof pp, "%s.ranks", pe);
+            t->ranks = jint(c, e, "ranks", 2, 1 << 16, true, 2);
+            for (size_t j = 0; !c->failed && j < i; j++)
+                if (g->ar[kind][j].ranks == t->ranks)
+                    pfail(c, pp, "rank count listed twice", t->ranks, NULL);
+            json_t *pts = c->failed ? NULL : points_of(c, e, pe, AR_MAX_POINTS);
+            if (!pts)
+                return;
+            snprintf(pp, sizeof pp, "%s.points", pe);
+            size_t j;
+            json_t *pt;
+            json_array_foreach(pts, j, pt) {
+                char pj[176];
+                snprintf(pj, sizeof pj, "%s[%zu]", pp, j);
+                double a[2];
+                if (jpoint(c, pt, pj, 2, 0, a))
+                    return;
+                if (!(a[0] >= 1) || a[0] > 1e12)
+                    pfail(c, pj, "bytes out of range", a[0], "[1, 1e12]");
+                else if (j > 0 && !(a[0] > t->bytes[j - 1]))
+                    pfail(c, pj, "message sizes must increase", a[0], NULL);
+                else if (!(a[1] >= 0) || a[1] > 1e6)
+                    pfail(c, pj, "latency out of range", a[1], "[0, 1e6] us");
+                if (c->failed)
+                    return;
+                t->bytes[j] = a[0];
+                t->ns[j] = a[1] * 1e3;
+            }
+            t->n = (int)json_array_size(pts);
+        }
+        g->n_ar[kind] = (int)json_array_size(kv);
+    }
+}
+
 int preset_parse_gpu(const char *text, size_t len, const char *label,
                      struct gpu_preset *g, char *err)
 {
@@ -374,6 +642,8 @@ int preset_parse_gpu(const char *text, size_t len, const char *label,
     g->ar_multimem_1m_ns = jnum(&c, root, "allreduce_us.multimem_1m", 0, 1e6, false, 0) * 1e3;
     g->kernel_floor_ns = jnum(&c, root, "fit.kernel_floor_us", 0, 1e6, true, 0) * 1e3;
     g->step_overhead_ns = jnum(&c, root, "fit.step_overhead_us", 0, 1e9, true, 0) * 1e3;
+    parse_kernel_tables(&c, root, g);
+    parse_ar_tables(&c, root, g);
     json_decref(root);
     return c.failed ? -1 : 0;
 }
@@ -410,9 +680,10 @@ int preset_load_model(const char *name_or_path, struct model_preset *m, char *er
     if (load_file(name_or_path, "models", path, sizeof path, err))
         return -1;
     size_t len;
-    char *text = file_read(path, &len, err);
+    char e2[ERR_LEN];
+    char *text = file_read_max(path, LIMIT_PRESET_BYTES, &len, e2);
     if (!text)
-        return -1;
+        return err_set(err, "--model: %s", e2);
     int rc = preset_parse_model(text, len, path, m, err);
     free(text);
     return rc;
@@ -424,9 +695,10 @@ int preset_load_gpu(const char *name_or_path, struct gpu_preset *g, char *err)
     if (load_file(name_or_path, "gpus", path, sizeof path, err))
         return -1;
     size_t len;
-    char *text = file_read(path, &len, err);
+    char e2[ERR_LEN];
+    char *text = file_read_max(path, LIMIT_PRESET_BYTES, &len, e2);
     if (!text)
-        return -1;
+        return err_set(err, "--gpu: %s", e2);
     int rc = preset_parse_gpu(text, len, path, g, err);
     free(text);
     return rc;

@@ -56,6 +56,50 @@ struct model_preset {
     int n_moe_layers;           /* layers with an MoE block */
 };
 
+/* Kernel tables (engine/CALIBRATION.md "Kernel tables"): the achieved
+ * efficiency of a kernel class, and the fixed time it adds beyond the
+ * fitted per-kernel floor, as functions of a key, per decode path; each
+ * point cites its source in the preset file. Interpolated piecewise
+ * linearly in log2(key), held flat outside the points. */
+enum kt_class {
+    KT_GEMM = 0,        /* "gemm": dense GEMMs of any precision */
+    KT_GEMM_BF16,       /* "gemm_bf16": 16-bit weights (before "gemm") */
+    KT_GEMM_FP8,        /* "gemm_fp8": 8-bit weights */
+    KT_GROUPED,         /* "grouped": the routed experts' grouped GEMMs */
+    KT_ATTENTION,       /* "attention": attention and recurrent state */
+    KT_ATTENTION_GQA,   /* "attention_gqa" */
+    KT_ATTENTION_MLA,   /* "attention_mla": one position per sequence */
+    KT_ATTENTION_MLA_VERIFY, /* "attention_mla_verify": several (speculative
+                                verification) */
+    KT_STREAM,          /* "stream": weight-streaming kernels */
+    KT_ELEMENTWISE,     /* "elementwise" */
+    KT_CLASS_COUNT
+};
+enum kt_key {
+    KT_KEY_TOKENS = 0,  /* tokens through the layer in the step */
+    KT_KEY_SEQS,        /* decoding sequences (at least 1) */
+    KT_KEY_SHARD_MB,    /* one routed expert's shard per GPU, MB (1e6 B) */
+};
+#define KT_MAX_POINTS 16
+#define KT_PATHS 2      /* 0: auto (standard), 1: latency_specialized */
+struct kt_table {
+    int n;              /* points; 0: no table (the flat efficiency) */
+    int key;            /* enum kt_key */
+    double x[KT_MAX_POINTS];        /* key, increasing, > 0 */
+    double eff[KT_MAX_POINTS];      /* fraction of HBM bandwidth, (0, 1] */
+    double extra_ns[KT_MAX_POINTS]; /* fixed time beyond the floor, ns */
+};
+/* Measured all-reduce latency against message size at one rank count. */
+#define AR_MAX_POINTS 32
+#define AR_MAX_RANKS 4
+struct ar_table {
+    int ranks;          /* tensor-parallel ranks measured */
+    int n;
+    double bytes[AR_MAX_POINTS];    /* increasing */
+    double ns[AR_MAX_POINTS];
+};
+enum ar_kind { AR_TABLE_ONESHOT = 0, AR_TABLE_LIBRARY, AR_TABLE_KINDS };
+
 struct gpu_preset {
     char name[64];
     char source[512];
@@ -83,7 +127,20 @@ struct gpu_preset {
     /* Fitted to the calibration point (engine/CALIBRATION.md). */
     double kernel_floor_ns;     /* per kernel ramp-up/tail */
     double step_overhead_ns;    /* per engine step (scheduling, launch, sampling) */
+    /* Optional measured tables ("kernel_tables", "allreduce_tables"):
+     * per path and class, and per all-reduce implementation and rank
+     * count; where absent the flat values above apply. */
+    struct kt_table kt[KT_PATHS][KT_CLASS_COUNT];
+    struct ar_table ar[AR_TABLE_KINDS][AR_MAX_RANKS];
+    int n_ar[AR_TABLE_KINDS];
 };
+
+/* The table's value at key x (x <= 0 is taken as the smallest point):
+ * efficiency and extra fixed time (ns). The table must have points. */
+void kt_lookup(const struct kt_table *t, double x, double *eff, double *extra_ns);
+/* Names of the classes and keys as preset files write them. */
+const char *kt_class_name(int cls);
+const char *kt_key_name(int key);
 
 /* Loads by name (engine/presets/...) or by path. 0 or -1 with err set. */
 int preset_load_model(const char *name_or_path, struct model_preset *m, char *err);

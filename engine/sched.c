@@ -95,9 +95,23 @@ void sched_init(struct sched *s, int index, const struct sched_params *p,
 
 void sreq_free(struct sreq *q)
 {
-    if (q)
+    if (q) {
         handoff_release(&q->ho);
+        free(q->hash); /* both arrays */
+    }
     free(q);
+}
+
+/* q's block, hash and generation arrays, made at its first admission
+ * attempt (one allocation, sized at submit). */
+static void sreq_arrays(struct sreq *q)
+{
+    if (q->hash)
+        return;
+    ASSERT(q->cap_hash && q->cap_blk);
+    q->hash = xmalloc((size_t)q->cap_hash * 8 + (size_t)q->cap_blk * 8);
+    q->blk = (uint32_t *)(q->hash + q->cap_hash);
+    q->ho.gen = q->blk + q->cap_blk;
 }
 
 void sched_free(struct sched *s)
@@ -163,17 +177,25 @@ int sched_submit(struct sched *s, struct target_call *c, char *err)
                            (long long)c->trace_block_size);
         ratio = (uint32_t)(c->trace_block_size / bs);
     }
-    int64_t total = c->prompt_tokens + c->max_tokens;
-    uint32_t cap_blk = (uint32_t)cdiv(total + positions(s), bs) + 1;
-    uint32_t cap_hash = (uint32_t)(total / bs) + 1;
+    /* Prompt + max_tokens against the context and the pool before anything
+     * is sized from them (a client's max_tokens of 1e12 must cost nothing;
+     * saturating for any int64). A request that fails here holds no
+     * arrays; the others get theirs at their first admission
+     * (sreq_arrays), so a waiting request costs its struct alone: 100,000
+     * queued calls of 100k tokens take 30 MB instead of 2.5 GB. */
+    int64_t total = c->max_tokens > INT64_MAX - c->prompt_tokens ? INT64_MAX
+                                                                  : c->prompt_tokens + c->max_tokens;
+    int fail = total > s->p.max_model_len                      ? TARGET_ERR_TOO_LONG
+             : cdiv(total + positions(s), bs) > s->p.kv_units ? TARGET_ERR_NO_SPACE
+                                                               : 0;
+    uint32_t cap_blk = fail ? 0 : (uint32_t)cdiv(total + positions(s), bs) + 1;
+    uint32_t cap_hash = fail ? 0 : (uint32_t)(total / bs) + 1;
+    /* What it holds as a hint: the struct and both arrays. */
     size_t sz = sizeof(struct sreq) + (size_t)cap_hash * 8 + (size_t)cap_blk * 8;
-    struct sreq *q = xmalloc(sz);
-    memset(q, 0, sizeof *q);
-    q->hash = (uint64_t *)(q + 1);
-    q->blk = (uint32_t *)(q->hash + cap_hash);
+    struct sreq *q = xcalloc(1, sizeof *q);
     q->cap_hash = cap_hash;
     q->cap_blk = cap_blk;
-    handoff_init(&q->ho, q->blk + cap_blk, (int64_t)sz);
+    handoff_init(&q->ho, NULL, (int64_t)sz);
     q->c = c;
     q->arrival_ns = loop_now(s->loop);
     q->num_tokens = c->prompt_tokens;
@@ -191,10 +213,8 @@ int sched_submit(struct sched *s, struct target_call *c, char *err)
     c->preemptions = 0;
     /* Errors that are not the caller's input arrive as done at the next
      * boundary. */
-    if (total > s->p.max_model_len)
-        q->cancelled = true, q->fail = TARGET_ERR_TOO_LONG, s->cancel_pending++;
-    else if (cdiv(total + positions(s), bs) > s->p.kv_units)
-        q->cancelled = true, q->fail = TARGET_ERR_NO_SPACE, s->cancel_pending++;
+    if (fail)
+        q->cancelled = true, q->fail = fail, s->cancel_pending++;
     s->outstanding++;
     wq_append(s, q);
     return 0;
@@ -427,6 +447,7 @@ static bool schedule(struct sched *s, int64_t now)
             if (had_running && q->arrival_ns >= now)
                 break;
             /* Its prefix hit: m blocks matched and taken, j usable. */
+            sreq_arrays(q);
             uint32_t j, m = handoff_match(s, q, &j);
             int64_t start = (int64_t)j * bs;
             int64_t num_new = q->num_tokens - start;

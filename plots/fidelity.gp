@@ -5,16 +5,19 @@
 # none), predicted/published, 1 for the specialized path.
 # Variables: n (rows), xmax (last x), logy, npub (rows with a published
 # figure), sub (GPU count and layout when the same for all rows, or ''),
-# gnames, gx (setup names and their centres, space separated).
+# gnames, gx (setup names and their centres, space separated), ylab and
+# pubtitle (the y label and the published bars' key, when not the default).
 if (!exists("data")) data = 'fidelity_data.csv'
 if (!exists("logy")) logy = 0
 if (!exists("xmax")) xmax = n - 1
 if (!exists("sub")) sub = ''
 if (!exists("gnames")) gnames = ''
 if (!exists("gx")) gx = ''
+if (!exists("ylab")) ylab = "aggregate decode throughput (tok/s)"
+if (!exists("pubtitle")) pubtitle = 'published (calibration); ratio = predicted / published'
 load 'common.gp'
 set title sprintf("Fidelity: engine predictions beside the published calibration point%s\naggregate decode throughput = all requests' tokens after their first / decode time", (sub ne '') ? ' ('.sub.')' : '') font f_title
-set ylabel "aggregate decode throughput (tok/s)"
+set ylabel ylab
 set style fill solid 0.85 border rgb '#333333'
 set boxwidth 0.5
 set xrange [-0.7:xmax + 0.7]
@@ -32,7 +35,7 @@ do for [gi=1:words(gnames)] {
 px(c) = valid(4) ? column(c) - 0.3 : column(c)
 plot data using (px(1)):($6 == 0 ? $3 : NaN):xtic(lines(strcol(2))) skip 1 with boxes lc rgb '#0072B2' title 'predicted, standard path', \
      data using (px(1)):($6 == 1 ? $3 : NaN) skip 1 with boxes lc rgb '#D55E00' title 'predicted, latency-specialized path', \
-     data using ($1+0.3):4 skip 1 with boxes fs pattern 4 border rgb '#000000' lc rgb '#000000' title 'published (calibration); ratio = predicted / published', \
+     data using ($1+0.3):4 skip 1 with boxes fs pattern 4 border rgb '#000000' lc rgb '#000000' title pubtitle, \
      data using (px(1)):3:(sprintf("%.0f", $3)) skip 1 with labels offset char 0,char 0.7 font f_tiny notitle, \
      data using ($1+0.3):4:(sprintf("%.0f", $4)) skip 1 with labels offset char 0,char 0.7 font f_tiny notitle, \
      data using 1:(($3 > $4) ? $3 : $4):(sprintf("ratio %.2f", $5)) skip 1 with labels offset char 0,char 1.9 font f_tiny textcolor rgb '#000000' notitle

@@ -232,14 +232,22 @@ int plot_write_fidelity(const struct set *s, const char *outdir, struct chart *c
         csv_free(&c);
         return -1;
     }
-    /* GPU count and TP: in the title when uniform, else in each label */
+    /* GPU count and TP of the Kimi K3 rows: in the title when uniform, else
+     * in each label. External validation rows (role "validation": other
+     * models and GPUs, per-user tok/s) are labelled by TP and concurrency
+     * under their GPU's group. */
+    bool has_role = csv_col(&c, "role") >= 0, any_ext = false;
     double g0 = NAN, t0 = NAN;
     bool uniform = true;
-    for (int r = 0; r < c.nrows; r++) {
+    for (int r = 0, k = 0; r < c.nrows; r++) {
         double g, t;
+        if (has_role && !strcmp(csv_str_at(&c, r, "role"), "validation")) {
+            any_ext = true;
+            continue;
+        }
         if (csv_num_at(&c, r, "gpus", false, &g, err) || csv_num_at(&c, r, "tp", false, &t, err))
             break;
-        if (r == 0) {
+        if (k++ == 0) {
             g0 = g;
             t0 = t;
         } else if (!(g == g0 && t == t0)) {
@@ -291,11 +299,14 @@ int plot_write_fidelity(const struct set *s, const char *outdir, struct chart *c
         }
         int l = 0;
         label[0] = 0;
-        if (!uniform && isfinite(gpus))
+        bool ext = has_role && !strcmp(csv_str_at(&c, r, "role"), "validation");
+        if (ext)
+            l = snprintf(label, sizeof label, "TP%d|c=%d", (int)tp, (int)batch);
+        else if (!uniform && isfinite(gpus))
             l = snprintf(label, sizeof label, "%dx TP%d|", (int)gpus, (int)tp);
-        if (isfinite(batch))
+        if (isfinite(batch) && !ext)
             l += snprintf(label + l, sizeof label - (size_t)l, "b=%d", (int)batch);
-        if (*spec && strcmp(spec, "none") && strcmp(spec, "off") && strcmp(spec, "-"))
+        if (!ext && *spec && strcmp(spec, "none") && strcmp(spec, "off") && strcmp(spec, "-"))
             snprintf(label + l, sizeof label - (size_t)l, "|%s%s%s", spec, *acc ? "|a=" : "", acc);
         if (pub > 0) /* room for the published bar beside */
             x += 0.4;
@@ -324,10 +335,13 @@ int plot_write_fidelity(const struct set *s, const char *outdir, struct chart *c
     }
     char sub[64] = "";
     if (uniform && isfinite(g0) && isfinite(t0))
-        snprintf(sub, sizeof sub, "%d GPUs, TP%d", (int)g0, (int)t0);
+        snprintf(sub, sizeof sub, "%s%d GPUs, TP%d", any_ext ? "Kimi K3: " : "", (int)g0, (int)t0);
     snprintf(ch->vars, sizeof ch->vars,
-             "n=%d; xmax=%.2f; logy=%d; npub=%d; sub='%s'; gnames='%s'; gx='%s'", n, x - 1,
-             want_log(lo, hi, 20), npub, sub, gnames.p, gx.p);
+             "n=%d; xmax=%.2f; logy=%d; npub=%d; sub='%s'; gnames='%s'; gx='%s'%s", n, x - 1,
+             want_log(lo, hi, 20), npub, sub, gnames.p, gx.p,
+             any_ext ? "; ylab='tok/s: Kimi K3 aggregate decode; external: per user (1000 / TPOT)'; "
+                       "pubtitle='published; ratio = predicted / published'"
+                     : "");
     sb_free(&gnames);
     sb_free(&gx);
     snprintf(ch->data, sizeof ch->data, "fidelity_data.csv");
@@ -337,7 +351,9 @@ int plot_write_fidelity(const struct set *s, const char *outdir, struct chart *c
              "size; dspark a=N = speculative decoding with N tokens accepted per step), "
              "grouped by setup, beside the published figure where one exists (the "
              "calibration point); the ratio predicted / published is written above each "
-             "published bar. From %.300s.",
+             "published bar. Groups named ext-MODEL-GPU are published measurements of other "
+             "models (engine/presets/validation/external.json) in per-user tok/s (1000 / "
+             "TPOT), labelled by TP and benchmark concurrency c. From %.300s.",
              s->fidelity);
     return 1;
 }

@@ -23,6 +23,8 @@ struct arrivals {
     uint32_t *order;            /* call indices in sending order */
     uint32_t n_order, cursor;   /* cursor: the next call's place in order */
     int64_t cycle;              /* passes over order so far */
+    uint32_t step;              /* places the cursor moves per call: the
+                                   ranks sharing the run (replay_set_share) */
     int64_t t0_ns;              /* timestamp mode: the first call's time */
     bool done;                  /* no arrival will be armed again */
     struct loop_timer timer;    /* the next open-loop arrival */
@@ -36,6 +38,19 @@ struct arrivals {
 static uint64_t cache_key(const struct replay *rp, const struct trace_call *c)
 {
     return hash_mix(0x5c09e, (uint64_t)rp->tr->sessions[c->session].scope + 1);
+}
+
+/* Moves the cursor k places through order, cycling; a timestamped trace
+ * is played once. */
+static void advance(struct arrivals *a, uint32_t k)
+{
+    for (uint32_t i = 0; i < k; i++)
+        if (++a->cursor == a->n_order) {
+            a->cursor = 0;
+            a->cycle++;
+            if (a->rp->cfg.mode == REPLAY_MODE_TIMESTAMP)
+                a->done = true;
+        }
 }
 
 /* The next call in order, due at intended_ns. */
@@ -53,13 +68,19 @@ static struct replay_call *next_call(struct arrivals *a, int64_t intended_ns)
                  (long long)a->cycle);
     call->session_uid = hash_mix(hash_mix(0x0be11, (uint64_t)a->cycle + 1), (uint64_t)c->session + 1);
     call->tree = a->cycle;
-    if (++a->cursor == a->n_order) {
-        a->cursor = 0;
-        a->cycle++;
-        if (rp->cfg.mode == REPLAY_MODE_TIMESTAMP)
-            a->done = true;
-    }
+    advance(a, a->step);
     return call;
+}
+
+/* The gap to the arrival after the next (Poisson, gamma), in ns. */
+static int64_t next_gap(struct arrivals *a)
+{
+    const struct replay_config *c = &a->rp->cfg;
+    if (c->mode == REPLAY_MODE_POISSON)
+        return (int64_t)llround(rng_exp(&a->rng, 1e9 / c->rate));
+    double shape = 1.0 / (c->gamma_cv * c->gamma_cv);
+    double scale = 1e9 / (c->rate * shape);
+    return (int64_t)llround(rng_gamma(&a->rng, shape, scale));
 }
 
 static void on_arrival(struct loop *l, struct loop_timer *tm)
@@ -79,12 +100,11 @@ static void on_arrival(struct loop *l, struct loop_timer *tm)
     } else if (rp->cfg.mode == REPLAY_MODE_TIMESTAMP) {
         double rel = (double)(rp->tr->calls[a->order[a->cursor]].t_ns - a->t0_ns) * rp->cfg.time_scale;
         at = (int64_t)llround(rel);
-    } else if (rp->cfg.mode == REPLAY_MODE_POISSON) {
-        at = intended + (int64_t)llround(rng_exp(&a->rng, 1e9 / rp->cfg.rate));
     } else {
-        double shape = 1.0 / (rp->cfg.gamma_cv * rp->cfg.gamma_cv);
-        double scale = 1e9 / (rp->cfg.rate * shape);
-        at = intended + (int64_t)llround(rng_gamma(&a->rng, shape, scale));
+        /* The other ranks' arrivals in between are drawn, not sent. */
+        at = intended;
+        for (uint32_t k = 0; k < a->step; k++)
+            at += next_gap(a);
     }
     if (at >= rp->cfg.duration_ns) {
         a->done = true;
@@ -128,6 +148,7 @@ struct arrivals *arrivals_create(struct replay *rp)
     const struct trace *tr = rp->tr;
     struct arrivals *a = xcalloc(1, sizeof *a);
     a->rp = rp;
+    a->step = 1;
     rng_init(&a->rng, rp->cfg.seed, RNG_ARRIVAL);
     if (rp->cfg.mode == REPLAY_MODE_CLOSED) {
         a->n_lanes = rp->cfg.concurrency;
@@ -162,18 +183,29 @@ void arrivals_start(struct arrivals *a)
     struct replay *rp = a->rp;
     struct loop *l = rp->loop;
     int64_t now = loop_now(l);
+    /* A share of the run (replay_set_share): this rank's first call is
+     * the rank-th of the order; then every ranks-th. */
+    int rank = rp->share_rank;
+    a->step = (uint32_t)rp->share_ranks;
+    advance(a, (uint32_t)rank);
     switch (rp->cfg.mode) {
     case REPLAY_MODE_CLOSED:
-        for (int i = 0; i < a->n_lanes; i++)
+        for (int i = rank; i < a->n_lanes; i += rp->share_ranks)
             loop_at(l, &a->lane[i].timer, now, closed_lane_send, &a->lane[i]);
         break;
     case REPLAY_MODE_TIMESTAMP:
-        a->next_ns = now;
-        loop_at(l, &a->timer, now, on_arrival, a);
+        if (a->done)
+            break; /* fewer calls than ranks */
+        a->next_ns = rank == 0 ? now
+                               : (int64_t)llround((double)(rp->tr->calls[a->order[a->cursor]].t_ns -
+                                                           a->t0_ns) * rp->cfg.time_scale);
+        loop_at(l, &a->timer, a->next_ns, on_arrival, a);
         break;
     case REPLAY_MODE_POISSON:
     case REPLAY_MODE_GAMMA:
         a->next_ns = now + (int64_t)llround(rng_exp(&a->rng, 1e9 / rp->cfg.rate));
+        for (int k = 0; k < rank; k++)
+            a->next_ns += next_gap(a);
         loop_at(l, &a->timer, a->next_ns, on_arrival, a);
         break;
     case REPLAY_MODE_SESSIONS:

@@ -55,6 +55,8 @@ struct http_xfer {
     int failed;               /* a malformed stream or an error event */
     char fail_msg[128];
     int64_t last_byte_ns;
+    int64_t events;           /* server-sent events received */
+    uint64_t bytes;           /* bytes of the answer received */
     struct loop_timer read_timer;
     char curl_err[CURL_ERROR_SIZE];
     /* The last content event Jansson parsed, as a template (http_shape.h). */

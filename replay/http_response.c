@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "traces/base/limits.h"
 #include "traces/base/mem.h"
 
 void http_response_deliver_deferred(struct http_xfer *x, int64_t tokens)
@@ -38,6 +39,36 @@ static void fail(struct http_xfer *x, const char *fmt, const char *detail)
     snprintf(x->fail_msg, sizeof x->fail_msg, fmt, detail);
 }
 
+/* What a call's stream may hold (limits.h): content chunks up to its
+ * max_tokens plus a margin, events and bytes in proportion. A server that
+ * streams past them (one that never stops) ends the call as a protocol
+ * error instead of filling memory and holding the run. */
+static int64_t stream_chunks(const struct http_xfer *x)
+{
+    int64_t m = x->c->max_tokens, margin = m / 4;
+    return m + (margin > LIMIT_STREAM_MARGIN_MIN ? margin : LIMIT_STREAM_MARGIN_MIN);
+}
+
+static bool stream_over(struct http_xfer *x)
+{
+    char why[88];
+    int64_t chunks = stream_chunks(x);
+    if (x->chunks >= chunks)
+        snprintf(why, sizeof why, "over %lld content chunks for max_tokens %lld",
+                 (long long)chunks, (long long)x->c->max_tokens);
+    else if (x->events > chunks * LIMIT_STREAM_EVENTS_PER_CHUNK)
+        snprintf(why, sizeof why, "over %lld events for max_tokens %lld",
+                 (long long)(chunks * LIMIT_STREAM_EVENTS_PER_CHUNK), (long long)x->c->max_tokens);
+    else if (x->bytes > (uint64_t)(chunks * LIMIT_STREAM_BYTES_PER_CHUNK + LIMIT_STREAM_BYTES_BASE))
+        snprintf(why, sizeof why, "over %lld bytes for max_tokens %lld",
+                 (long long)(chunks * LIMIT_STREAM_BYTES_PER_CHUNK + LIMIT_STREAM_BYTES_BASE),
+                 (long long)x->c->max_tokens);
+    else
+        return false;
+    fail(x, "protocol error: %.88s", why);
+    return true;
+}
+
 /* A content chunk arrived now. */
 static void on_content(struct http_xfer *x)
 {
@@ -55,6 +86,9 @@ static int on_event(void *arg, const char *event, const char *data, size_t n)
     struct http_xfer *x = arg;
     struct http_target *t = x->t;
     struct target_call *c = x->c;
+    x->events++;
+    if (stream_over(x))
+        return 1;
     if (n == 6 && !memcmp(data, "[DONE]", 6)) {
         x->got_done = 1;
         return 0;
@@ -132,6 +166,7 @@ size_t http_response_write(char *ptr, size_t size, size_t nmemb, void *userp)
     struct http_xfer *x = userp;
     size_t n = size * nmemb;
     x->t->counts.bytes_received += n;
+    x->bytes += n;
     x->last_byte_ns = loop_now(x->t->base.loop);
     if (x->kind == XFER_GET) {
         if (x->glen + n + 1 > GET_MAX_BODY)
@@ -162,7 +197,7 @@ size_t http_response_write(char *ptr, size_t size, size_t nmemb, void *userp)
         }
         return n;
     }
-    if (x->failed)
+    if (x->failed || stream_over(x))
         return 0;
     int rc = sse_feed(&x->sse, ptr, n);
     if (rc == SSE_ERR_TOO_BIG)

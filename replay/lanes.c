@@ -94,7 +94,9 @@ struct inst *lanes_inst_new(struct lane *ln, uint32_t tree)
     in->ls = ls;
     in->lane = ln;
     in->pt = pt;
-    in->id = (int64_t)ls->next_inst++;
+    in->id = (int64_t)ls->next_inst;
+    ls->next_inst += ls->inst_step;
+    ls->trees++;
     uint32_t scope = ls->p->tr->sessions[pt->root_session].scope;
     in->shared_key = hash_mix(hash_mix(0x5ea4edull, rp->cfg.seed), (uint64_t)scope + 1);
     if (rp->cfg.cache_isolation) {

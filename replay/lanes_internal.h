@@ -98,11 +98,14 @@ struct lanes {
     int n_inst;
     bool starting;              /* inside lanes_start */
     uint32_t cursor;            /* next plan tree, file order, wrapping */
+    uint32_t cursor_skip;       /* trees another rank takes first */
     enum phase phase;
     int depth;                  /* nested direct sends */
     int64_t idle_start;         /* NO_TIME: none */
     uint64_t warm_pending, warm_calls;
     uint64_t next_inst, recycled, overflowed, idle_jumps;
+    uint64_t inst_step;         /* between a rank's numbers (replay_set_share) */
+    uint64_t trees;             /* instances started here */
     int64_t idle_skipped;
     /* Per plan stream: the branch that spawns it (PLAN_NONE: a root) and
      * the rank of its id among its tree's streams (release order). */

@@ -62,7 +62,9 @@ struct lanes_legacy {
     uint32_t n_roots;
     struct list_node runners;
     int n_runners;
-    int64_t next_tree;
+    int64_t next_tree;          /* the next tree instance's number */
+    int64_t tree_step;          /* between a rank's numbers (replay_set_share) */
+    uint64_t trees;             /* instances started here */
     uint64_t recycled;
 };
 
@@ -283,7 +285,9 @@ static void lane_tree_new(struct lane *ln, uint32_t root, bool warm)
 {
     struct lanes_legacy *ls = ln->ls;
     struct replay *rp = ls->rp;
-    ln->tree = ls->next_tree++;
+    ln->tree = ls->next_tree;
+    ls->next_tree += ls->tree_step;
+    ls->trees++;
     ln->root = root;
     ln->holds_tree = true;
     ls->active++;
@@ -313,6 +317,7 @@ struct lanes_legacy *lanes_legacy_create(struct replay *rp, char *err)
     const struct replay_config *c = &rp->cfg;
     struct lanes_legacy *ls = xcalloc(1, sizeof *ls);
     ls->rp = rp;
+    ls->tree_step = 1;
     rng_init(&ls->rng, c->seed, RNG_TRACE);
     list_init(&ls->runners);
     ls->roots = xmalloc((tr->n_sessions ? tr->n_sessions : 1) * sizeof *ls->roots);
@@ -351,8 +356,28 @@ void lanes_legacy_start(struct lanes_legacy *ls)
         perm[i - 1] = perm[j];
         perm[j] = x;
     }
-    for (int i = 0; i < ls->n_lanes; i++)
-        lane_tree_new(&ls->lane[i], perm[(uint32_t)i % ls->n_roots], true);
+    /* Another rank's lanes: their numbers and start points are drawn as
+     * if they started here, so that every rank's lanes start as they would
+     * in one process (replay_set_share). */
+    struct replay *rp = ls->rp;
+    int rank = rp->share_rank, ranks = rp->share_ranks;
+    for (int i = 0; i < ls->n_lanes; i++) {
+        uint32_t root = perm[(uint32_t)i % ls->n_roots];
+        if (i % ranks == rank) {
+            lane_tree_new(&ls->lane[i], root, true);
+            continue;
+        }
+        ls->next_tree++;
+        if (rp->cfg.warm_start && sess(ls, root)->n_calls > 0)
+            rng_below(&ls->rng, sess(ls, root)->n_calls);
+    }
+    if (ranks > 1) {
+        /* Recycled trees: numbers past the first lanes', rank + k * ranks;
+         * roots from the rank's own stream. */
+        ls->next_tree = ls->n_lanes + rank;
+        ls->tree_step = ranks;
+        rng_init(&ls->rng, hash_mix(rp->cfg.seed, (uint64_t)rank + 1), RNG_TRACE);
+    }
     free(perm);
 }
 
@@ -379,7 +404,7 @@ void lanes_legacy_stop(struct lanes_legacy *ls)
 
 int lanes_legacy_active(const struct lanes_legacy *ls) { return ls->active; }
 int lanes_legacy_runners(const struct lanes_legacy *ls) { return ls->n_runners; }
-uint64_t lanes_legacy_trees_started(const struct lanes_legacy *ls) { return (uint64_t)ls->next_tree; }
+uint64_t lanes_legacy_trees_started(const struct lanes_legacy *ls) { return ls->trees; }
 uint64_t lanes_legacy_recycled(const struct lanes_legacy *ls) { return ls->recycled; }
 
 int lanes_legacy_verify(const struct lanes_legacy *ls, char *err)

@@ -26,11 +26,23 @@ static uint32_t cursor_next(struct lanes *ls)
     return PLAN_NONE;
 }
 
+/* The next tree of this rank's share: of the cursor's positions after the
+ * initial lanes, rank r of N takes r, r + N, r + 2N, ... (replay_set_share;
+ * one process takes them all). */
+static uint32_t cursor_take(struct lanes *ls)
+{
+    for (; ls->cursor_skip > 0; ls->cursor_skip--)
+        if (cursor_next(ls) == PLAN_NONE)
+            return PLAN_NONE;
+    ls->cursor_skip = (uint32_t)ls->rp->share_ranks - 1;
+    return cursor_next(ls);
+}
+
 /* A tree from its first turn, now (agentic_replay.py
  * _dispatch_recycled_on_lane; also the lanes of --no-warm-start). */
 void lanes_fresh_tree(struct lane *ln)
 {
-    uint32_t t = cursor_next(ln->ls);
+    uint32_t t = cursor_take(ln->ls);
     if (t == PLAN_NONE)
         return;
     struct inst *in = lanes_inst_new(ln, t);
@@ -43,9 +55,11 @@ void lanes_fresh_tree(struct lane *ln)
 
 /* Lane ln's tree `t` at t*: the streams live at t* and what completed
  * before it (trajectory_source.py _snapshot_for, _replay_resume_boundaries;
- * branch_orchestrator.py seed_snapshot). 0 when nothing is live. */
-static int lane_snapshot(struct lane *ln, uint32_t t, double t_star_ms, struct warm_req **wr,
-                         size_t *n_wr, size_t *cap_wr)
+ * branch_orchestrator.py seed_snapshot). 0 when nothing is live. A lane of
+ * another rank (!mine) is only counted: its longest warm-up lead joins
+ * *max_lead, so that every rank spreads its warm-up as one process would. */
+static int lane_snapshot(struct lane *ln, uint32_t t, double t_star_ms, bool mine,
+                         int64_t *max_lead, struct warm_req **wr, size_t *n_wr, size_t *cap_wr)
 {
     struct lanes *ls = ln->ls;
     const struct plan *p = ls->p;
@@ -53,11 +67,15 @@ static int lane_snapshot(struct lane *ln, uint32_t t, double t_star_ms, struct w
     struct plan_resume *res = xcalloc(pt->n_streams ? pt->n_streams : 1, sizeof *res);
     uint32_t *boundary = xcalloc(pt->n_streams ? pt->n_streams : 1, sizeof *boundary);
     int n = plan_snapshot_ms(p, t, t_star_ms, res, (int)pt->n_streams, boundary);
-    if (n <= 0) {
+    for (int i = 0; i < n; i++)
+        if (res[i].warm_turn != NO_TURN && res[i].lead_ns > *max_lead)
+            *max_lead = res[i].lead_ns;
+    if (n <= 0 || !mine) {
         free(res);
         free(boundary);
-        return 0;
+        return n > 0 ? n : 0;
     }
+    ls->next_inst = (uint64_t)ln->idx; /* the number it has in one process */
     struct inst *in = lanes_inst_new(ln, t);
     for (uint32_t i = 0; i < pt->n_streams; i++)
         in->ss[i].done_turns = boundary[i];
@@ -144,16 +162,39 @@ void lanes_measure_begin(struct lanes *ls)
     lanes_idle_check(ls, false);
 }
 
+/* After the first `first` instances: this rank's recycled trees, numbered
+ * first + rank + k * ranks, from its share of the cursor (cursor_take). */
+static void share_rest(struct lanes *ls, uint64_t first)
+{
+    const struct replay *rp = ls->rp;
+    ls->next_inst = first + (uint64_t)rp->share_rank;
+    ls->inst_step = (uint64_t)rp->share_ranks;
+    ls->cursor_skip = (uint32_t)rp->share_rank;
+}
+
 void lanes_start(struct lanes *ls)
 {
     struct replay *rp = ls->rp;
     const struct replay_config *c = &rp->cfg;
     ls->starting = true;
+    int rank = rp->share_rank, ranks = rp->share_ranks;
     if (!c->warm_start) {
         ls->phase = PH_MEASURE;
         replay_measure_start(rp);
-        for (int i = 0; i < ls->n_lanes && ls->phase == PH_MEASURE; i++)
+        /* Lane i takes the cursor's position i, in one process or split. */
+        for (int i = 0; i < ls->n_lanes && ls->phase == PH_MEASURE; i++) {
+            if (ranks > 1 && i % ranks != rank) {
+                cursor_next(ls);
+                continue;
+            }
+            if (ranks > 1) {
+                ls->next_inst = (uint64_t)i;
+                ls->cursor_skip = 0;
+            }
             lanes_fresh_tree(&ls->lane[i]);
+        }
+        if (ranks > 1)
+            share_rest(ls, (uint64_t)ls->n_lanes);
         ls->starting = false;
         lanes_idle_check(ls, false);
         return;
@@ -164,6 +205,7 @@ void lanes_start(struct lanes *ls)
     struct warm_req *wr = NULL;
     size_t n_wr = 0, cap_wr = 0;
     int lane = 0;
+    int64_t max_lead = 0;
     uint64_t attempts = 0, max_attempts = (uint64_t)ls->n_lanes + 2 * (uint64_t)ls->p->n_trees;
     while (lane < ls->n_lanes && attempts++ < max_attempts) {
         uint32_t t = cursor_next(ls);
@@ -175,18 +217,16 @@ void lanes_start(struct lanes *ls)
         double lo = c->start_min_ratio, hi = c->start_max_ratio;
         double ratio = hi > lo ? lo + rng_uniform(&ls->rng) * (hi - lo) : lo;
         double t_star = plan_t_star_ms(ls->p, t, ratio);
-        if (lane_snapshot(&ls->lane[lane], t, t_star, &wr, &n_wr, &cap_wr))
+        if (lane_snapshot(&ls->lane[lane], t, t_star, lane % ranks == rank, &max_lead, &wr, &n_wr,
+                          &cap_wr))
             lane++;
     }
+    share_rest(ls, (uint64_t)lane);
     /* The warm-up: turn next-1 of every live stream, max_tokens 1, each at
      * (max lead - lead) so every lane's t* falls at its end
      * (agentic_replay.py _execute_warmup; leads not clamped). */
     ls->phase = PH_WARMUP;
     ls->warm_pending = ls->warm_calls = n_wr;
-    int64_t max_lead = 0;
-    for (size_t i = 0; i < n_wr; i++)
-        if (wr[i].lead_ns > max_lead)
-            max_lead = wr[i].lead_ns;
     int64_t now = loop_now(rp->loop);
     for (size_t i = 0; i < n_wr; i++) {
         struct sstream *s = wr[i].s;
@@ -223,6 +263,7 @@ struct lanes *lanes_create(struct replay *rp, const struct plan *p, char *err)
     ls->rp = rp;
     ls->p = p;
     ls->idle_start = NO_TIME;
+    ls->inst_step = 1;
     rng_init(&ls->rng, rp->cfg.seed, RNG_TRACE);
     timerq_init(&ls->q, rp->loop, lanes_after_timers, ls);
     ls->n_lanes = rp->cfg.concurrency;
@@ -322,7 +363,7 @@ bool lanes_idle(const struct lanes *ls)
 {
     return ls->phase == PH_STOPPED || (!ls->n_inst && !ls->starting);
 }
-uint64_t lanes_trees_started(const struct lanes *ls) { return ls->next_inst; }
+uint64_t lanes_trees_started(const struct lanes *ls) { return ls->trees; }
 uint64_t lanes_recycled(const struct lanes *ls) { return ls->recycled; }
 
 void lanes_outcome(const struct lanes *ls, struct replay_outcome *o)

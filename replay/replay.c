@@ -222,6 +222,9 @@ struct replay *replay_create_plan(const struct replay_config *c, const struct tr
         err_set(err, "the trace has no calls");
         return NULL;
     }
+    struct replay_config fit = *c;
+    replay_config_fit(&fit, t);
+    c = &fit;
     if (c->duration_ns <= 0) {
         err_set(err, "duration must be > 0");
         return NULL;
@@ -263,6 +266,7 @@ struct replay *replay_create_plan(const struct replay_config *c, const struct tr
     rp->tr = t;
     rp->tg = tg;
     rp->loop = l;
+    rp->share_ranks = 1;
     list_init(&rp->inflight);
     list_init(&rp->cancelling);
     metrics_init(&rp->metrics);
@@ -329,6 +333,18 @@ int replay_start(struct replay *rp)
         arrivals_start(rp->arrivals);
     replay_maybe_finish(rp);
     return 0;
+}
+
+void replay_set_share(struct replay *rp, int rank, int ranks)
+{
+    ASSERT(!rp->started && ranks >= 1 && rank >= 0 && rank < ranks);
+    rp->share_rank = rank;
+    rp->share_ranks = ranks;
+}
+
+void replay_add_record(struct replay *rp, const struct replay_record *rec)
+{
+    metrics_add(&rp->metrics, rec);
 }
 
 bool replay_finished(const struct replay *rp) { return rp->finished; }

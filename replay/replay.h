@@ -138,6 +138,12 @@ struct replay_config {
 void replay_config_defaults(struct replay_config *c);
 /* Switches c to the legacy rules. */
 void replay_config_legacy(struct replay_config *c);
+/* Fits c to trace t: a timestamped trace (Mooncake, Azure) holds arrivals,
+ * not session trees, so the agentx rules have nothing to replay in it; in
+ * the sessions mode its sessions (a call each) follow the legacy rules.
+ * replay_create applies it too; a front end calls it to write the config
+ * it runs. */
+void replay_config_fit(struct replay_config *c, const struct trace *t);
 /* The grace period in force (ns, < 0: none): 30 s under the agentx rules
  * unless --grace was given, else grace_ns. */
 int64_t replay_config_grace(const struct replay_config *c);
@@ -166,6 +172,21 @@ void replay_set_tick(struct replay *r, void (*cb)(void *arg, struct replay *r, i
                      void *arg);
 /* Arms the first timers; then run the loop until it returns. */
 int replay_start(struct replay *r);
+/* One rank's share of a run split across `ranks` processes (replay/dist.h),
+ * set before replay_start: every rank builds the same schedule from the
+ * same trace, config and seed, and plays only its part of it:
+ *   sessions, closed: lanes i with i % ranks == rank (tree instances are
+ *     numbered so that no two ranks share one; a rank's recycled roots come
+ *     from its own RNG_TRACE stream, seeded with the seed and the rank);
+ *   timestamp, poisson, gamma: arrivals k with k % ranks == rank of the one
+ *     schedule (its gaps drawn on every rank, in the same order);
+ *   closed: a rank takes positions rank, rank + ranks, ... of the calls'
+ *     cycling order.
+ * (0, 1), the default, is the whole run. */
+void replay_set_share(struct replay *r, int rank, int ranks);
+/* A record of another rank's share enters this replayer's statistics
+ * (the rank that merges a split run). */
+void replay_add_record(struct replay *r, const struct replay_record *rec);
 /* Stops now: nothing new starts, calls in flight are cancelled (recorded
  * as cancelled); the run is marked interrupted. */
 void replay_interrupt(struct replay *r);

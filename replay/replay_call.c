@@ -17,6 +17,11 @@ static const struct target_cb call_cb;
  * spin in zero virtual time), beyond what a concurrency could end at
  * once. */
 #define NO_PROGRESS_ENDS 1000000
+/* Calls failed in a row after which the target counts as down (a dead
+ * server, a closed port: every call refused at once, in real time, would
+ * write records as fast as they fail), beyond what a concurrency's calls
+ * in flight could fail at once. */
+#define FAILED_IN_A_ROW 1000
 
 /* A server's error that means the prompt is over the context limit
  * (aiperf/common/scenario/context_overflow.py, the AgentX substrings). */
@@ -162,6 +167,12 @@ static void call_end(struct replay_call *call, int64_t t_ns, enum target_status 
                              "(the last: %s); the run is stopped",
                          (unsigned long long)rp->same_ends, (double)t_ns / 1e9,
                          r.error ? r.error : "completed");
+        if (call->end != REPLAY_END_ERROR)
+            rp->failed_in_a_row = 0;
+        else if (++rp->failed_in_a_row == FAILED_IN_A_ROW + 16 * (uint64_t)rp->cfg.concurrency)
+            replay_abort(rp, "%llu calls failed in a row (the last: %s): the target looks down; "
+                             "the run is stopped",
+                         (unsigned long long)rp->failed_in_a_row, r.error);
     }
     call_free(call);
     replay_maybe_finish(rp);

@@ -12,6 +12,7 @@
 #include "traces/base/flags.h"
 #include "traces/base/parse.h"
 #include "traces/base/time_ns.h"
+#include "traces/trace.h"
 
 void replay_config_defaults(struct replay_config *c)
 {
@@ -48,6 +49,12 @@ void replay_config_defaults(struct replay_config *c)
 }
 
 void replay_config_legacy(struct replay_config *c) { c->rules = REPLAY_RULES_LEGACY; }
+
+void replay_config_fit(struct replay_config *c, const struct trace *t)
+{
+    if (t && t->timestamped && c->mode == REPLAY_MODE_SESSIONS && c->rules == REPLAY_RULES_AGENTX)
+        replay_config_legacy(c);
+}
 
 /* The grace period in force: 30 s under the agentx rules (AIPerf's
  * --benchmark-grace-period when a duration is given,

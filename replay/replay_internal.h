@@ -85,6 +85,7 @@ struct replay {
     /* No progress: call ends in a row at one time of the clock. */
     int64_t same_end_ns;
     uint64_t same_ends;
+    uint64_t failed_in_a_row;   /* calls ended in error since the last success */
     char aborted[ERR_LEN];      /* why the run was cut short, "" if not */
     bool started, stopping, finished, interrupted, destroying;
     struct loop_timer stop_timer, grace_timer, tick_timer;
@@ -97,6 +98,7 @@ struct replay {
     void *tick_arg;
     int64_t end_ns;
     char io_error[ERR_LEN];
+    int share_rank, share_ranks; /* replay_set_share: (0, 1) is the whole run */
 };
 
 /* A call of trace call c (index: within its session) for the target's

@@ -127,7 +127,10 @@ void replay_summarize(const struct replay *rp, const struct metrics_slo *slo,
             add_reason(o, "only normal calls measured");
         if (!c->ignore_eos)
             add_reason(o, "end-of-sequence honoured");
-        add_reason(o, "the legacy rules (--rules legacy), not AIPerf's AgentX replay");
+        add_reason(o, rp->tr->timestamped
+                          ? "a timestamped trace: one-call sessions under the legacy rules, not "
+                            "AIPerf's AgentX replay"
+                          : "the legacy rules (--rules legacy), not AIPerf's AgentX replay");
     }
     o->agentx_valid = o->n_reasons == 0;
 }

@@ -15,6 +15,8 @@
 
 #include "traces/base/err.h"
 #include "traces/base/file.h"
+#include "traces/base/limits.h"
+#include "traces/base/parse.h"
 #include "traces/base/time_ns.h"
 
 /* ---- signals ------------------------------------------------------------ */
@@ -101,28 +103,82 @@ const struct flag run_flags[] = {
 };
 #undef RO
 
+static int read_progress_cb(void *arg, const struct trace_read_progress *p)
+{
+    struct run_read_progress *rp = arg;
+    if (run_interrupted()) {
+        rp->stopped = true;
+        return 1;
+    }
+    bool big = p->files_total >= LIMIT_PROGRESS_FILES || p->bytes >= 64 * (uint64_t)LIMIT_MIB;
+    int64_t now = wall_ns();
+    if (!rp->tty || !big || (rp->shown && now - rp->last_ns < 100 * NS_PER_MS))
+        return 0;
+    rp->last_ns = now;
+    rp->shown = true;
+    if (p->files_total > 1)
+        fprintf(stderr, "\rreading traces: %zu of %zu files ", p->files_done, p->files_total);
+    else
+        fprintf(stderr, "\rreading the trace: %.0f MiB ", (double)p->bytes / (double)LIMIT_MIB);
+    return 0;
+}
+
+void run_read_progress_attach(struct run_read_progress *rp, struct trace_read_opts *o)
+{
+    memset(rp, 0, sizeof *rp);
+    rp->tty = isatty(2) == 1;
+    o->progress = read_progress_cb;
+    o->progress_arg = rp;
+}
+
+bool run_read_progress_end(struct run_read_progress *rp)
+{
+    if (rp->shown)
+        fprintf(stderr, "\r%*s\r", 60, "");
+    rp->shown = false;
+    return rp->stopped;
+}
+
 int run_trace_load(struct run_trace *t, const char *path, const struct trace_read_opts *o,
                    char *err)
 {
     char buf[1024];
     memset(t, 0, sizeof *t);
     if (!path) {
-        if (file_data_path("traces/samples/agentic-synth.jsonl", buf, sizeof buf))
-            return err_set(err, "the built-in sample trace (traces/samples/agentic-synth.jsonl) "
-                                "was not found; give --trace");
+        if (file_data_path("traces/samples/agentic-synth.jsonl", buf, sizeof buf)) {
+            err_set(err, "the built-in sample trace (traces/samples/agentic-synth.jsonl) "
+                         "was not found; give --trace");
+            return EXIT_BADINPUT;
+        }
         path = buf;
     }
     snprintf(t->path, sizeof t->path, "%s", path);
-    t->tr = trace_read(path, o, err);
-    if (!t->tr)
-        return -1;
-    if (!t->tr->n_calls) {
+    struct trace_read_opts ro = *o;
+    struct run_read_progress rp;
+    run_read_progress_attach(&rp, &ro);
+    t->tr = trace_read(path, &ro, err);
+    bool stopped = run_read_progress_end(&rp);
+    if (t->tr && stopped)
+        fprintf(stderr, "agentreplay: interrupted while reading %s: replaying none of it\n", path);
+    if (!t->tr || !t->tr->n_calls) {
+        if (t->tr)
+            err_set(err, "%s: the trace has no calls", path);
         run_trace_free(t);
-        return err_set(err, "%s: the trace has no calls", path);
+        if (stopped) {
+            err_set(err, "interrupted while reading %s", path);
+            return EXIT_FAIL;
+        }
+        return EXIT_BADINPUT;
     }
+    if (t->tr->skipped_records)
+        fprintf(stderr, "agentreplay: %s: skipped %llu bad records (--skip-bad)\n", path,
+                (unsigned long long)t->tr->skipped_records);
     struct trace_stats st;
-    trace_stats_compute(t->tr, &st);
-    t->hit_theoretical = st.hit_rate_tokens;
+    t->hit_theoretical = NAN; /* an interrupted run does not wait for it */
+    if (!stopped) {
+        trace_stats_compute(t->tr, &st);
+        t->hit_theoretical = st.hit_rate_tokens;
+    }
     return 0;
 }
 
@@ -141,6 +197,7 @@ struct run {
     struct replay *r;
     struct records_writer *w;
     FILE *tl;
+    bool tl_borrowed;            /* s->timeline_to */
     char flush_err[ERR_LEN];     /* the first failed periodic flush */
     struct loop_timer flush_timer, grace_timer, drain_timer;
     struct loop_io sig_io;
@@ -198,14 +255,19 @@ static void sig_cb(struct loop *l, struct loop_io *io, int revents)
     run->interrupts += (int)n;
     if (replay_finished(run->r))
         return;
-    if (run->interrupts == (int)n && s->hold && s->inflight) {
-        fprintf(stderr, "%s: interrupted: no new calls; waiting %s for %lld in flight (Ctrl-C "
-                        "again to stop now)\n",
-                s->kind, s->rc->grace_ns < 0 ? "without limit" : "up to the grace period",
-                (long long)s->inflight(s->tg));
+    bool term = memchr(b, SIGTERM, (size_t)n) != NULL;
+    if (run->interrupts == (int)n && s->hold && s->inflight && !term) {
+        /* The first Ctrl-C: the calls in flight get the grace period (a
+         * bounded one for --grace none: limits.h); SIGTERM or a second
+         * signal: at once. */
+        int64_t grace = s->rc->grace_ns < 0 ? LIMIT_LIVE_GRACE_NS : s->rc->grace_ns;
+        char g[32];
+        parse_duration_format(grace, g, sizeof g);
+        fprintf(stderr, "%s: interrupted: no new calls; waiting up to %s for %lld in flight "
+                        "(Ctrl-C again or SIGTERM to stop now)\n",
+                s->kind, g, (long long)s->inflight(s->tg));
         s->hold(s->tg);
-        if (s->rc->grace_ns >= 0)
-            loop_at(l, &run->grace_timer, loop_now(l) + s->rc->grace_ns, interrupt_now, run);
+        loop_at(l, &run->grace_timer, loop_now(l) + grace, interrupt_now, run);
         loop_at(l, &run->drain_timer, loop_now(l), drain_check, run);
     } else {
         stop_now(run);
@@ -249,19 +311,29 @@ static void on_tick(void *arg, struct replay *r, int64_t now)
     run->shown = true;
 }
 
-/* Opens requests.jsonl and timeline.csv in s->dir. */
+/* Opens requests.jsonl and timeline.csv in s->dir, or takes the streams
+ * that replace them. */
 static int open_outputs(struct run *run, char *err)
 {
     const struct run_spec *s = run->s;
     char path[1200];
-    snprintf(path, sizeof path, "%s/requests.jsonl", s->dir);
-    run->w = records_open(path, s->rc->chunk_times, err);
-    if (!run->w)
-        return -1;
+    if (s->records_to) {
+        run->w = records_from_stream(s->records_to, s->rc->chunk_times);
+    } else {
+        snprintf(path, sizeof path, "%s/requests.jsonl", s->dir);
+        run->w = records_open(path, s->rc->chunk_times, err);
+        if (!run->w)
+            return -1;
+    }
     if (s->records_buffer)
         records_set_buffered(run->w, s->records_buffer);
     if (s->observe)
         records_set_observer(run->w, s->observe, s->observe_arg);
+    if (s->timeline_to) {
+        run->tl = s->timeline_to;
+        run->tl_borrowed = true;
+        return 0;
+    }
     snprintf(path, sizeof path, "%s/timeline.csv", s->dir);
     run->tl = fopen(path, "w");
     if (!run->tl)
@@ -284,7 +356,7 @@ static int close_outputs(struct run *run, struct replay_outcome *o, char *err)
         rc = -1;
     }
     run->w = NULL;
-    if (run->tl && fclose(run->tl)) {
+    if (run->tl && (run->tl_borrowed ? fflush(run->tl) : fclose(run->tl))) {
         if (!rc)
             err_set(err, "timeline.csv: %s", strerror(errno));
         rc = -1;
@@ -304,18 +376,113 @@ static void watch_signals(struct run *run)
     run->watching = loop_io_start(run->s->loop, &run->sig_io) == 0;
 }
 
+/* ---- inputs that can only fail ----------------------------------------- */
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* The target's figure at describe_json's "scheduler".key, or -1. */
+static int64_t target_sched_int(struct target *tg, const char *key)
+{
+    json_t *d = tg->ops->describe_json ? tg->ops->describe_json(tg) : NULL;
+    json_t *v = json_object_get(json_object_get(d, "scheduler"), key);
+    int64_t x = json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+    json_decref(d);
+    return x;
+}
+
+/* Refuses, before anything runs, a configuration under which every call
+ * (or every call of some sessions) can only fail, which would otherwise
+ * make a run of errors at no virtual time: an engine block size that does
+ * not divide the trace's, a context limit below every call, an open-loop
+ * rate or a number of offered calls beyond limits.h. 0, or -1 with a
+ * message naming the flag and the trace. */
+static int check_inputs(const struct run_trace *rt, const struct replay_config *rc,
+                        struct target *tg, char *err)
+{
+    const struct trace *tr = rt->tr;
+    double each = LIMIT_WAITING_CALL_BYTES +
+                  8.0 * (double)tr->total_block_ids / (tr->n_calls ? tr->n_calls : 1);
+    char lim[32];
+    file_size_format((int64_t)LIMIT_WAITING_BYTES, lim, sizeof lim);
+    if (rc->mode == REPLAY_MODE_POISSON || rc->mode == REPLAY_MODE_GAMMA) {
+        double offered = rc->rate * ((double)rc->duration_ns / 1e9);
+        if (rc->rate > LIMIT_ARRIVAL_RATE)
+            return err_set(err, "--arrival: %g calls/s is more than the %g calls/s an open-loop "
+                                "run may offer", rc->rate, LIMIT_ARRIVAL_RATE);
+        if (offered * each > LIMIT_WAITING_BYTES)
+            return err_set(err, "--arrival %g calls/s over --duration %.0f s offers %.3g calls of "
+                                "%s; waiting at about %.1f KB each they could take more than the "
+                                "%s a run may hold: lower the rate or the duration",
+                           rc->rate, (double)rc->duration_ns / 1e9, offered, rt->path, each / 1024,
+                           lim);
+    } else if (rc->concurrency * each > LIMIT_WAITING_BYTES) {
+        return err_set(err, "--concurrency %d: calls of %s waiting at about %.1f KB each could "
+                            "take more than the %s a run may hold", rc->concurrency, rt->path,
+                       each / 1024, lim);
+    }
+    /* The engine's block size must divide the block size of every chain it
+     * is given (engine.h): the gcd of the trace's says which do. */
+    int64_t bs = target_sched_int(tg, "block_size"), g = 0;
+    uint32_t g_session = TRACE_NONE;
+    int64_t shortest = INT64_MAX; /* prompt + max_tokens of the shortest call */
+    for (uint32_t i = 0; i < tr->n_calls; i++) {
+        const struct trace_call *c = &tr->calls[i];
+        int64_t need = c->prompt_tokens + (c->output_tokens > 0 ? c->output_tokens : 1);
+        if (need < shortest)
+            shortest = need;
+        if (bs > 0 && c->n_blocks) {
+            int64_t tbs = tr->sessions[c->session].block_size > 0
+                              ? tr->sessions[c->session].block_size : 64;
+            int64_t ng = gcd64(g, tbs);
+            if (ng % bs && g_session == TRACE_NONE)
+                g_session = c->session;
+            g = ng;
+        }
+    }
+    if (bs > 0 && g > 0 && g % bs) {
+        const struct trace_session *ss = &tr->sessions[g_session];
+        const char *name = trace_str(tr, ss->name);
+        return err_set(err, "--block-size %lld does not divide the block size %lld of trace %s "
+                            "(session %s): every call of it would fail; give --block-size %lld "
+                            "or a divisor of it",
+                       (long long)bs, (long long)ss->block_size, rt->path, name ? name : "?",
+                       (long long)g);
+    }
+    int64_t mml = rc->max_model_len > 0 ? rc->max_model_len : target_sched_int(tg, "max_model_len");
+    if (mml > 0 && shortest > mml && shortest != INT64_MAX)
+        return err_set(err, "--max-model-len %lld is shorter than every call of %s (the shortest "
+                            "needs %lld tokens: prompt + output): every call would overflow",
+                       (long long)mml, rt->path, (long long)shortest);
+    return 0;
+}
+
 int run_replay(const struct run_spec *s, struct run_result *res, void **run_json, char *err)
 {
     *run_json = NULL;
     memset(res, 0, sizeof *res);
     struct run run = {.s = s, .wall0 = wall_ns()};
     bool files = s->dir && s->dir[0];
-    run.r = replay_create(s->rc, s->trace->tr, s->tg, s->loop, err);
+    ASSERT(!s->records_to == !s->timeline_to);
+    /* A live target's --grace none still ends (limits.h). */
+    struct replay_config rcfg = *s->rc;
+    if (s->hold && rcfg.grace_ns < 0)
+        rcfg.grace_ns = LIMIT_LIVE_GRACE_NS;
+    run.r = check_inputs(s->trace, &rcfg, s->tg, err)
+                ? NULL
+                : replay_create(&rcfg, s->trace->tr, s->tg, s->loop, err);
     if (!run.r) {
         json_decref(s->info.config_json);
         return EXIT_BADINPUT;
     }
-    if (files && open_outputs(&run, err)) {
+    if ((files || s->records_to) && open_outputs(&run, err)) {
         records_close(run.w, NULL);
         replay_destroy(run.r);
         json_decref(s->info.config_json);
@@ -353,6 +520,14 @@ int run_replay(const struct run_spec *s, struct run_result *res, void **run_json
     res->interrupts = run.interrupts;
     if (close_outputs(&run, &res->out, err))
         rc = EXIT_FAIL;
+    if (res->out.io_error[0] && rc == EXIT_OK) {
+        /* Records lost to a failed write: the result is partial (run.json
+         * says so) and the run failed. */
+        err_set(err, "%s", res->out.io_error);
+        rc = EXIT_FAIL;
+    }
+    if (s->summarized)
+        s->summarized(s->hook_arg, res);
 
     struct run_info ri = s->info;
     ri.kind = s->kind;
@@ -487,7 +662,9 @@ int run_point_check(const struct run_env *env, const struct run_point *p, char *
     point_engine(p, &ec);
     struct loop *l = loop_virtual_create();
     struct target *tg = point_target(p, &ec, l, err);
-    struct replay *r = tg ? replay_create(&p->rc, env->trace->tr, tg, l, err) : NULL;
+    struct replay *r = tg && !check_inputs(env->trace, &p->rc, tg, err)
+                           ? replay_create(&p->rc, env->trace->tr, tg, l, err)
+                           : NULL;
     int rc = r ? EXIT_OK : EXIT_BADINPUT;
     replay_destroy(r);
     target_destroy(tg);
@@ -515,7 +692,9 @@ int run_point_exec(const struct run_env *env, const struct run_point *p, void **
     }
     json_t *cfg = json_object();
     json_object_set_new(cfg, "target", json_string(p->fake ? "fake" : "engine"));
-    json_object_set_new(cfg, "replay", replay_config_json(&p->rc));
+    struct replay_config fit = p->rc;
+    replay_config_fit(&fit, env->trace->tr);
+    json_object_set_new(cfg, "replay", replay_config_json(&fit));
     json_object_set_new(cfg, "engine", engine_config_json(&ec));
     json_object_set_new(cfg, "chunk_times", json_boolean(p->rc.chunk_times));
     struct run_spec s = {
@@ -547,8 +726,12 @@ int run_point_exec(const struct run_env *env, const struct run_point *p, void **
     ri->config_json = cfg;
     struct run_result res;
     int rc = run_replay(&s, &res, run_json, err);
-    if (e)
-        engine_trace_close(e);
+    if (e && engine_trace_close(e)) {
+        /* A Chrome trace cut short by a full disk is not a result. */
+        if (rc == EXIT_OK)
+            err_set(err, "--chrome-trace %s: %s", env->chrome_trace, strerror(errno));
+        rc = rc == EXIT_BADINPUT ? rc : EXIT_FAIL;
+    }
     target_destroy(tg);
     loop_destroy(l);
     return rc;

@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/engine.h"
 #include "engine/target.h"
@@ -60,6 +61,19 @@ extern const struct flag run_flags[];
 /* --format, --skip-bad into a struct trace_read_opts (run_opts.tro). */
 extern const struct flag trace_read_flags[];
 
+/* A trace read's progress line on stderr, when stderr is a terminal and
+ * the read is long (a folder of LIMIT_PROGRESS_FILES files or more, 64 MiB
+ * of one file: traces/base/limits.h), and its interrupt: once
+ * run_signals_install() ran, a signal stops the read where it is (the
+ * trace holds what was read). attach sets o's callback; end clears the
+ * line and says whether a signal stopped the read. */
+struct run_read_progress {
+    bool tty, shown, stopped;
+    int64_t last_ns;             /* wall time of the last line */
+};
+void run_read_progress_attach(struct run_read_progress *rp, struct trace_read_opts *o);
+bool run_read_progress_end(struct run_read_progress *rp);
+
 /* A loaded trace and what every run needs from it. */
 struct run_trace {
     struct trace *tr;
@@ -67,7 +81,10 @@ struct run_trace {
     double hit_theoretical;      /* token-weighted prefix-hit rate (trace stats) */
 };
 /* Reads path (NULL: traces/samples/agentic-synth.jsonl beside the
- * program); a trace without calls is an error. */
+ * program), with a progress line (above); a trace without calls is an
+ * error. 0, or an exit code with err: EXIT_BADINPUT, or EXIT_FAIL when a
+ * signal stopped the read before any call (a read stopped later keeps
+ * what it read, and the run that follows is interrupted at its start). */
 int run_trace_load(struct run_trace *t, const char *path, const struct trace_read_opts *o,
                    char *err);
 void run_trace_free(struct run_trace *t);
@@ -112,6 +129,14 @@ struct run_spec {
     /* run_json (a json_t*) before it is written; the result is final. */
     void (*extend)(void *arg, void *run_json, const struct run_result *res);
     void *hook_arg;
+    /* A run split across ranks (replay/dist_load.h): */
+    /* requests.jsonl's lines and timeline.csv's rows go to these streams
+     * (not owned, not closed; both or neither) instead of s->dir's files,
+     * which then get run.json and summary.md only; */
+    FILE *records_to, *timeline_to;
+    /* the summary and outcome once made, before run.json (the rank that
+     * merges folds the others' into them); may be NULL. */
+    void (*summarized)(void *arg, struct run_result *res);
 };
 
 /* Replays s->trace on s->tg. Returns EXIT_OK, EXIT_BADINPUT (the

@@ -13,6 +13,7 @@
 
 #include "engine/accept.h"
 #include "engine/cost.h"
+#include "engine/cost_internal.h"
 #include "engine/fidelity.h"
 #include "tests/testhelp.h"
 #include "traces/base/err.h"
@@ -425,6 +426,9 @@ static void test_commands(void)
         {"bench-decode --tp 5 --gpus 5", "tp 5"},
         {"bench-decode --backend fast", "fast"},
         {"fidelity --bogus", "bogus"},
+        {"fidelity --external --sensitivity", "one at a time"},
+        {"fidelity --table /nonexistent.json", "--table"},
+        {"fidelity --external --table /nonexistent.json", "nonexistent"},
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         int rc = run_cmd(bad[i].args, out, sizeof out);
@@ -436,6 +440,24 @@ static void test_commands(void)
           "fidelity prints the setups");
     CHECK(run_cmd("fidelity --json", out, sizeof out) == 0 && strstr(out, "\"predicted_tok_s\""),
           "fidelity --json");
+    /* fidelity --external and --sensitivity (engine/fidelity_ext.c,
+     * fidelity_sens.c; their data: tests/test_fidelity.c). */
+    static char eout[1 << 17], eout2[1 << 17];
+    CHECK(run_cmd("fidelity --external", eout, sizeof eout) == 0, "fidelity --external runs");
+    CHECK(strstr(eout, "S1-653") && strstr(eout, "median |error|") && strstr(eout, "worst") &&
+              strstr(eout, "Efficiency sources") && strstr(eout, "not modelled"),
+          "--external prints rows, median and worst, the kept and the source rows");
+    CHECK(run_cmd("fidelity --external --json", eout, sizeof eout) == 0 &&
+              strstr(eout, "\"median_abs_error\"") && strstr(eout, "\"efficiency_source\""),
+          "--external --json");
+    run_cmd("fidelity --external --json", eout2, sizeof eout2);
+    CHECK(!strcmp(eout, eout2), "--external output byte-identical");
+    CHECK(run_cmd("fidelity", eout, sizeof eout) == 0 && strstr(eout, "verification step"),
+          "fidelity prints the per-layer view at verification");
+    CHECK(run_cmd("fidelity --sensitivity --json", eout, sizeof eout) == 0 &&
+              strstr(eout, "\"variants\"") && strstr(eout, "\"grouped-spec-low\"") &&
+              strstr(eout, "\"ratio\""),
+          "--sensitivity --json runs every variant");
 }
 
 static void test_fidelity_data(void)
@@ -662,6 +684,91 @@ static void test_memo(void)
     cost_destroy(c);
 }
 
+/* The kernel tables as the cost model applies them: resolved per path and
+ * slot at creation (the specialized path keeps its flat values), the
+ * grouped slot at the model's expert shard, the MLA verification table
+ * where a sequence carries several positions, the measured all-reduce
+ * table on the standard path only. */
+static void test_tables(void)
+{
+    struct cost_model *a = mk(&kimi, &gb300, 16, ENGINE_BACKEND_AUTO);
+    struct cost_model *h = mk(&llama, &h200, 8, ENGINE_BACKEND_AUTO);
+    if (!a || !h)
+        return;
+    CHECK(a->tab[PATH_STANDARD][SLOT_GEMM16] == &a->g.kt[0][KT_GEMM_BF16] &&
+              a->tab[PATH_SPECIALIZED][SLOT_GEMM16] == NULL &&
+              a->tab[PATH_STANDARD][SLOT_ATTN_MLA] == &a->g.kt[0][KT_ATTENTION_MLA] &&
+              a->tab[PATH_STANDARD][SLOT_ATTN_KDA] == NULL,
+          "slots resolved to the most specific table; specialized path flat");
+    double e, x;
+    kt_lookup(&gb300.kt[0][KT_GROUPED], 3 * 3584 * 3072 / 16 * (0.5 + 1.0 / 32) / 1e6, &e, &x);
+    CHECK_NEAR(a->flat_bw[PATH_STANDARD][SLOT_GROUPED], 8e12 * e, 1e-9,
+               "grouped slot at the K3 TP16 expert shard (3 x 3584 x 192 x 0.53 B = 1.10 MB)");
+    CHECK_NEAR(e, 0.406, 0.01, "0.41 there (GB300 FlashInfer TRT-LLM-gen w4a16)");
+    CHECK(a->flat_bw[PATH_SPECIALIZED][SLOT_GROUPED] == 8e12 * gb300.eff_grouped,
+          "specialized grouped keeps the flat efficiency");
+    /* MLA attention at one and at eight positions, batch 1, 100k context. */
+    struct cost_batch b1 = {.n_decode = 1, .decode_positions = 1, .sum_ctx = 100000};
+    struct cost_batch b8 = {.n_decode = 1, .decode_positions = 8, .draft = 7, .sum_ctx = 100000};
+    struct cost_kernel_time kt[128];
+    double t1 = 0, t8 = 0;
+    int n = cost_breakdown(a, &b1, kt, 128);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(kt[i].name, "mla_attention"))
+            t1 = kt[i].ns;
+    n = cost_breakdown(a, &b8, kt, 128);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(kt[i].name, "mla_attention"))
+            t8 = kt[i].ns;
+    double kv = 100000.0 * 576;
+    kt_lookup(&gb300.kt[0][KT_ATTENTION_MLA], 1, &e, &x);
+    CHECK(t1 > kv / (8e12 * e) * 1e9 && t1 < kv / (8e12 * e) * 1e9 + 3000,
+          "one position: the q=1 table (KV bytes / (8 TB/s x 0.31) + floor)");
+    kt_lookup(&gb300.kt[0][KT_ATTENTION_MLA_VERIFY], 1, &e, &x);
+    CHECK(t8 > kv / (8e12 * e) * 1e9 && t8 < kv / (8e12 * e) * 1e9 + 5000,
+          "eight positions: the verification table (0.095)");
+    /* All-reduce: measured table on the standard path at its rank count;
+     * the specialized path's fused one-shot keeps the preset figures. */
+    const struct ar_table *t = h->art[0];
+    CHECK(t && t->ranks == 8, "h200 TP8: the 8-rank one-shot table");
+    if (t) {
+        for (int i = 0; i < t->n; i++)
+            CHECKF(fabs(cost_allreduce_ns(h, t->bytes[i], false) - t->ns[i]) < 1e-6,
+                   "table point %d exact", i);
+        double mid = sqrt(t->bytes[3] * t->bytes[4]);
+        CHECK_NEAR(cost_allreduce_ns(h, mid, false), (t->ns[3] + t->ns[4]) / 2, 1e-9,
+                   "log-linear between points");
+        double big = t->bytes[t->n - 1] * 2;
+        CHECK_NEAR(cost_allreduce_ns(h, big, false),
+                   t->ns[t->n - 1] + t->bytes[t->n - 1] * 2.0 * 7 / 8 / h200.link_bw * 1e9, 1e-9,
+                   "beyond the last point: the transfer at link bandwidth");
+        CHECK(cost_allreduce_ns(h, 100, false) == t->ns[0], "flat below");
+    }
+    CHECK(cost_allreduce_ns(h, 16384, true) == h200.ar_oneshot_ns, "fused: the preset figure");
+    CHECK(a->art[0] == NULL && a->art[2] == NULL && cost_allreduce_ns(a, 16384, false) == 13000,
+          "GB300 TP16: no 16-rank table, multimem 13 us");
+    /* The slots found once at creation price exactly as slots found per
+     * kernel would, on both paths, at every batch shape. */
+    struct cost_model *sp = mk(&kimi, &gb300, 8, ENGINE_BACKEND_LATENCY_SPECIALIZED);
+    uint64_t rs = 7;
+    int differ = 0;
+    for (int i = 0; sp && i < 400; i++) {
+        struct cost_model *m = i & 1 ? sp : a;
+        struct cost_batch b;
+        random_batch(&rs, &b);
+        struct cost_result r1, r2;
+        cost_step(m, &b, &r1);
+        m->kslot_ready = false;
+        cost_step(m, &b, &r2);
+        m->kslot_ready = true;
+        differ += memcmp(&r1, &r2, sizeof r1) != 0;
+    }
+    CHECKF(differ == 0, "precomputed slots = slots per kernel (%d of 400 steps differ)", differ);
+    cost_destroy(sp);
+    cost_destroy(a);
+    cost_destroy(h);
+}
+
 int main(void)
 {
     char err[ERR_LEN] = "";
@@ -673,6 +780,7 @@ int main(void)
         return test_report();
     }
     test_calibration_point();
+    test_tables();
     test_bandwidth_floor_and_determinism();
     test_monotone();
     test_fallback();

@@ -43,6 +43,12 @@
 #define LLVMFuzzerTestOneInput fuzz_one_httpd
 #include "fuzz_httpd.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_one_openai
+#include "fuzz_openai.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_one_external
+#include "fuzz_external.c"
+#undef LLVMFuzzerTestOneInput
 
 #include "testhelp.h"
 
@@ -56,7 +62,8 @@ static const struct {
     {"fuzz_trace_mooncake", fuzz_one_mooncake}, {"fuzz_trace_azure", fuzz_one_azure},
     {"fuzz_trace_burstgpt", fuzz_one_burstgpt}, {"fuzz_preset", fuzz_one_preset},
     {"fuzz_calibration", fuzz_one_calibration}, {"fuzz_sse", fuzz_one_sse},
-    {"fuzz_httpd", fuzz_one_httpd},
+    {"fuzz_httpd", fuzz_one_httpd},             {"fuzz_openai", fuzz_one_openai},
+    {"fuzz_external", fuzz_one_external},
 };
 
 /* Hand-made edge cases every harness gets. */

@@ -1,11 +1,15 @@
 /* test_httpd.c: HTTP request handling against split, merged (pipelined),
- * malformed and oversized input (in memory), and on real sockets: a slow
- * client is dropped without holding up others, a dead client is noticed,
- * idle connections close, and stream chunks produced in one loop iteration
- * leave in one write while chunks produced apart leave apart. */
+ * malformed and oversized input, HEAD, Content-Type and overlong
+ * Authorization headers (in memory), and on real sockets: a slow client is
+ * dropped without holding up others, a dead client is noticed, sockets
+ * that sent one byte are evicted at the connection limit and time out,
+ * idle connections close, and stream chunks produced in one loop
+ * iteration leave in one write while chunks produced apart leave apart.
+ * httpd_verify runs every millisecond of the live part. */
 #include "engine/server/httpd.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -20,6 +24,8 @@ struct seen {
     char paths[8][64];
     char bodies[8][256];
     char auth[64];
+    char media[64];
+    int auth_overlong, head;
     int async;                 /* answer later instead of at once */
     struct httpd_conn *held;
     int closed_cb;
@@ -34,6 +40,9 @@ static void handler(struct httpd_conn *c, const struct httpd_request *r, void *a
     }
     if (r->authorization)
         snprintf(s->auth, sizeof s->auth, "%s", r->authorization);
+    snprintf(s->media, sizeof s->media, "%s", r->media_type);
+    s->auth_overlong = r->auth_overlong;
+    s->head = r->head;
     s->n++;
     if (!strcmp(r->path, "/stream")) {
         httpd_stream_begin(c, 200, "text/event-stream");
@@ -146,6 +155,42 @@ static void mem_tests(void)
     httpd_respond(held, 200, "text/plain", "x", 1);
     CHECK(s.n == 2, "then runs");
     httpd_conn_mem_destroy(c);
+
+    /* HEAD: the head alone, for whole and streamed answers alike, and the
+     * next request on the connection parses right after it. */
+    memset(&s, 0, sizeof s);
+    c = httpd_conn_mem_create(h);
+    const char *heads = "HEAD /stream HTTP/1.1\r\nHost: a\r\n\r\nHEAD /x HTTP/1.1\r\nHost: a\r\n\r\n"
+                        "GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
+    CHECK(httpd_conn_mem_feed(c, heads, strlen(heads)) == 0, "HEAD feed");
+    out = httpd_conn_mem_output(c, &on);
+    char hout[1024];
+    snprintf(hout, sizeof hout, "%.*s", (int)on, out); /* the output is not NUL-terminated */
+    const char *third = strstr(hout, "\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n");
+    CHECKF(s.n == 3 && s.head == 0 && count(out, on, "HTTP/1.1 200") == 3 && !strstr(hout, "data: a") &&
+               count(out, on, "ok ") == 1 && third && strstr(third, "\r\n\r\nok 3") &&
+               !memcmp(out + on - 4, "ok 3", 4),
+           "HEAD: heads only (a stream's too), then the GET's body (%zu bytes)", on);
+    httpd_conn_mem_destroy(c);
+    /* Content-Type's media type, trimmed and lowercased; an Authorization
+     * header past HTTPD_AUTH_MAX is flagged, never cut. */
+    memset(&s, 0, sizeof s);
+    struct httpd_limits big = lim;
+    big.max_header_bytes = 16384;
+    struct httpd *hb = httpd_create(l, &big, handler, &s);
+    c = httpd_conn_mem_create(hb);
+    const char *ct = "GET /x HTTP/1.1\r\nContent-Type:  Application/JSON ; charset=utf-8\r\n\r\n";
+    httpd_conn_mem_feed(c, ct, strlen(ct));
+    CHECKF(!strcmp(s.media, "application/json"), "media type '%s'", s.media);
+    static char longauth[HTTPD_AUTH_MAX + 200];
+    int la = snprintf(longauth, sizeof longauth, "GET /x HTTP/1.1\r\nAuthorization: Bearer ");
+    memset(longauth + la, 'k', HTTPD_AUTH_MAX);
+    strcpy(longauth + la + HTTPD_AUTH_MAX, "\r\n\r\n");
+    s.auth[0] = 0;
+    httpd_conn_mem_feed(c, longauth, strlen(longauth));
+    CHECK(s.n == 2 && s.auth_overlong && !s.auth[0], "an overlong Authorization: flagged, not passed on");
+    httpd_conn_mem_destroy(c);
+    httpd_destroy(hb);
 
     /* Oversized headers, oversized body, malformed. */
     struct {
@@ -407,6 +452,8 @@ static void live_tests(void)
     httpd_limits_defaults(&lim);
     lim.max_out_bytes = 256 * 1024;
     lim.idle_timeout_ns = 300 * NS_PER_MS;
+    lim.header_timeout_ns = 200 * NS_PER_MS;
+    lim.max_conns = 8;
     v.h = httpd_create(v.l, &lim, live_handler, &v);
     char err[ERR_LEN];
     CHECK(httpd_listen(v.h, "127.0.0.1", 0, err) == 0, "listen on a free port");
@@ -444,6 +491,34 @@ static void live_tests(void)
     for (int i = 0; i < 200 && !__atomic_load_n(&v.big_closed, __ATOMIC_SEQ_CST); i++)
         usleep(10 * 1000);
     CHECK(__atomic_load_n(&v.big_closed, __ATOMIC_SEQ_CST), "dead client noticed");
+
+    /* Ten sockets that sent one byte each: the quietest make room for a
+     * new client; each ends (408 or closed) by the header timeout. */
+    int ones[10];
+    for (int i = 0; i < 10; i++) {
+        ones[i] = dial(port);
+        if (ones[i] >= 0 && write(ones[i], "G", 1) != 1) {
+            close(ones[i]);
+            ones[i] = -1;
+        }
+    }
+    usleep(20 * 1000);
+    int n1 = roundtrip(port, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n", resp, sizeof resp);
+    CHECK(n1 > 0 && !strncmp(resp, "HTTP/1.1 200", 12), "ten one-byte sockets at max_conns 8: a new client served");
+    int gone = 0;
+    for (int i = 0; i < 10; i++) {
+        char junk[256];
+        /* A 408, an end of stream, or a reset (closed before its byte was read). */
+        if (ones[i] >= 0 && (read(ones[i], junk, sizeof junk) >= 0 || errno == ECONNRESET))
+            gone++;
+        if (ones[i] >= 0)
+            close(ones[i]);
+    }
+    CHECKF(gone == 10, "every one-byte socket ended within the header timeout (%d of 10)", gone);
+    struct httpd_stats st0;
+    httpd_get_stats(v.h, &st0);
+    CHECKF(st0.evicted >= 3 && st0.header_timeouts >= 1, "evicted %llu, header timeouts %llu",
+           (unsigned long long)st0.evicted, (unsigned long long)st0.header_timeouts);
 
     /* Idle connections close after the timeout. */
     int idle = dial(port);

@@ -3,8 +3,10 @@
  * are refused with a message naming the file, the field and the problem. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/preset.h"
+#include "tests/testcaps.h"
 #include "tests/testhelp.h"
 #include "traces/base/err.h"
 #include "traces/base/file.h"
@@ -92,6 +94,121 @@ static void test_gpus(void)
           "gb300 all-reduce latencies");
     preset_load_gpu("h100", &g, err);
     CHECK(g.hbm_bw == 3.35e12 && g.flops_fp4 == 0 && strcmp(g.family, "hopper") == 0, "h100");
+    /* Kernel and all-reduce tables (engine/CALIBRATION.md "Kernel tables"):
+     * every preset has the standard path's measured classes; the grouped
+     * efficiency rises with the expert shard (per-expert overhead matters
+     * less for bigger shards) until it saturates, in every preset. */
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        preset_load_gpu(names[i], &g, err);
+        const struct kt_table *k = g.kt[0];
+        CHECKF(k[KT_GEMM_BF16].n && k[KT_GEMM_FP8].n && k[KT_GROUPED].n && k[KT_ATTENTION_GQA].n &&
+                   k[KT_ATTENTION_MLA].n,
+               "%s: standard-path tables", names[i]);
+        CHECKF(!g.kt[1][KT_GROUPED].n && !g.kt[1][KT_GEMM].n,
+               "%s: no specialized-path tables (its flat values stand)", names[i]);
+        CHECKF((k[KT_ATTENTION_MLA_VERIFY].n > 0) == !strcmp(g.family, "blackwell"),
+               "%s: the MLA verification table on Blackwell only", names[i]);
+        CHECKF(k[KT_GROUPED].key == KT_KEY_SHARD_MB && k[KT_GEMM_BF16].key == KT_KEY_TOKENS &&
+                   k[KT_ATTENTION_MLA].key == KT_KEY_SEQS,
+               "%s: keys", names[i]);
+        int mono = 1;
+        for (int j = 1; j < k[KT_GROUPED].n; j++)
+            mono &= k[KT_GROUPED].eff[j] >= k[KT_GROUPED].eff[j - 1] - 0.01;
+        CHECKF(mono, "%s: grouped efficiency rises with the shard (0.01 noise where it saturates)",
+               names[i]);
+        CHECKF(g.n_ar[AR_TABLE_ONESHOT] >= 2 && g.n_ar[AR_TABLE_LIBRARY] >= 2,
+               "%s: all-reduce tables", names[i]);
+    }
+    /* Interpolation: exact at the points, log-linear between, flat outside. */
+    struct kt_table t = {.n = 3, .key = KT_KEY_TOKENS, .x = {1, 4, 16}, .eff = {0.2, 0.4, 0.8},
+                         .extra_ns = {0, 1000, 3000}};
+    double e, x;
+    kt_lookup(&t, 4, &e, &x);
+    CHECK(e == 0.4 && x == 1000, "at a point");
+    kt_lookup(&t, 2, &e, &x);
+    CHECK_NEAR(e, 0.3, 1e-12, "log-linear between points (eff)");
+    CHECK_NEAR(x, 500, 1e-12, "log-linear between points (extra)");
+    kt_lookup(&t, 8, &e, &x);
+    CHECK_NEAR(e, 0.6, 1e-12, "second segment");
+    kt_lookup(&t, 0.5, &e, &x);
+    CHECK(e == 0.2 && x == 0, "flat below");
+    kt_lookup(&t, 0, &e, &x);
+    CHECK(e == 0.2, "key 0 is the first point");
+    kt_lookup(&t, 1e6, &e, &x);
+    CHECK(e == 0.8 && x == 3000, "flat above");
+    CHECK(!strcmp(kt_class_name(KT_ATTENTION_MLA_VERIFY), "attention_mla_verify") &&
+              !strcmp(kt_key_name(KT_KEY_SHARD_MB), "expert_shard_mb"),
+          "names");
+}
+
+/* Bad kernel and all-reduce tables: refused naming the field. */
+static void test_bad_tables(void)
+{
+    static const char *const gpu =
+        "{\"name\":\"g\",\"source\":\"s\",\"family\":\"hopper\",\"hbm_gb\":80,\"hbm_tb_s\":3,"
+        "\"pflops\":{\"fp8\":1,\"bf16\":1},\"link_gb_s\":450,\"nvlink_domain\":8,"
+        "\"efficiency\":{\"stream\":0.9,\"gemm\":0.6,\"grouped\":0.6,\"attention\":0.8,"
+        "\"elementwise\":0.8,\"compute\":0.8},\"allreduce_us\":{\"oneshot_16k\":5,"
+        "\"oneshot_1m\":10,\"library_16k\":10,\"library_1m\":20},\"fit\":{\"kernel_floor_us\":1,"
+        "\"step_overhead_us\":100}%s}";
+    static const struct { const char *add, *want; } cases[] = {
+        {"", NULL},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[[1,0.5],[8,0.6,2]],"
+         "\"source\":\"s\"}}}", NULL},
+        {",\"allreduce_tables\":{\"oneshot\":[{\"ranks\":8,\"points\":[[1024,5],[4096,6]],"
+         "\"source\":\"s\"}]}", NULL},
+        {",\"kernel_tables\":{\"fast\":{}}", "unknown path"},
+        {",\"kernel_tables\":{\"auto\":{\"magic\":{}}}", "unknown kernel class"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[[1,0.5]]}}}",
+         "kernel_tables.auto.gemm.source"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"bytes\",\"points\":[[1,0.5]],"
+         "\"source\":\"s\"}}}", "kernel_tables.auto.gemm.key"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[[4,0.5],[2,0.6]],"
+         "\"source\":\"s\"}}}", "keys must increase"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[[1,1.5]],"
+         "\"source\":\"s\"}}}", "efficiency out of range"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[[0,0.5]],"
+         "\"source\":\"s\"}}}", "key out of range"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[[1,0.5,5000]],"
+         "\"source\":\"s\"}}}", "extra_us"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[[1]],"
+         "\"source\":\"s\"}}}", "points[0]"},
+        {",\"kernel_tables\":{\"auto\":{\"grouped\":{\"key\":\"tokens\",\"points\":[[1,0.5]],"
+         "\"source\":\"s\"}}}", "expert_shard_mb"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"expert_shard_mb\",\"points\":[[1,0.5]],"
+         "\"source\":\"s\"}}}", "only grouped"},
+        {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[],"
+         "\"source\":\"s\"}}}", "1..16 points"},
+        {",\"allreduce_tables\":{\"nvls\":[]}", "unknown all-reduce"},
+        {",\"allreduce_tables\":{\"oneshot\":[{\"ranks\":8,\"points\":[[1024,5]],\"source\":\"s\"},"
+         "{\"ranks\":8,\"points\":[[1024,5]],\"source\":\"s\"}]}", "listed twice"},
+        {",\"allreduce_tables\":{\"oneshot\":[{\"ranks\":8,\"points\":[[4096,5],[1024,6]],"
+         "\"source\":\"s\"}]}", "must increase"},
+        {",\"allreduce_tables\":{\"oneshot\":[{\"ranks\":8,\"points\":[[1024,-5]],\"source\":\"s\"}]}",
+         "latency out of range"},
+        {",\"allreduce_tables\":{\"oneshot\":[{\"ranks\":8,\"points\":[[1024,5]]}]}", "source"},
+        {",\"allreduce_tables\":{\"library\":[{\"ranks\":1,\"points\":[[1024,5]],\"source\":\"s\"}]}",
+         "ranks"},
+    };
+    char buf[4096], err[ERR_LEN];
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        snprintf(buf, sizeof buf, gpu, cases[i].add);
+        err[0] = 0;
+        struct gpu_preset g;
+        int rc = preset_parse_gpu(buf, strlen(buf), "gpu.json", &g, err);
+        if (!cases[i].want)
+            CHECKF(rc == 0, "table case %zu parses: %s", i, err);
+        else
+            CHECKF(rc != 0 && strstr(err, cases[i].want) && strstr(err, "gpu.json"),
+                   "table case %zu refused naming '%s': %s", i, cases[i].want, err);
+        if (i == 1 && rc == 0)
+            CHECK(g.kt[0][KT_GEMM].n == 2 && g.kt[0][KT_GEMM].extra_ns[1] == 2000 &&
+                      g.kt[0][KT_GEMM].extra_ns[0] == 0,
+                  "extra_us optional, in ns");
+        if (i == 2 && rc == 0)
+            CHECK(g.n_ar[AR_TABLE_ONESHOT] == 1 && g.ar[0][0].ranks == 8 && g.ar[0][0].ns[1] == 6000,
+                  "all-reduce table read");
+    }
 }
 
 static void test_bad(void)
@@ -161,7 +278,7 @@ static void test_bad(void)
     /* GPUs */
     CHECK(parse_gpu("{}", err) != 0 && strstr(err, "gpu.json") && strstr(err, "'name'"),
           "empty gpu refused");
-    char gtxt[8192];
+    static char gtxt[65536];
     size_t glen;
     char path[1024];
     CHECK(file_data_path("engine/presets/gpus/gb300.json", path, sizeof path) == 0, "gb300 file found");
@@ -184,8 +301,10 @@ static void test_bad(void)
 
 int main(void)
 {
+    test_caps(600);
     test_models();
     test_gpus();
     test_bad();
+    test_bad_tables();
     return test_report();
 }

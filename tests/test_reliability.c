@@ -163,7 +163,10 @@ static void test_hit_rate(const char *trace)
             double p = (double)json_integer_value(json_object_get(r, "prompt_tokens"));
             all_c += (double)json_integer_value(c);
             all_p += p;
-            if (!json_is_true(json_object_get(r, "warmup"))) {
+            /* measured = not warm-up and no error (metrics.c counts a
+             * call cut at the end of the run as an error) */
+            json_t *e = json_object_get(r, "error");
+            if (!json_is_true(json_object_get(r, "warmup")) && (!e || json_is_null(e))) {
                 m_c += (double)json_integer_value(c);
                 m_p += p;
             }

@@ -137,9 +137,21 @@ struct trace {
     uint64_t total_block_ids;      /* sum of n_blocks over calls */
 };
 
+/* How far trace_read() has come, for a progress line. */
+struct trace_read_progress {
+    const char *path;              /* the file being read */
+    size_t files_done, files_total; /* a folder's files (0 of 1 for a file) */
+    uint64_t bytes;                /* of the current file, read so far */
+};
+
 struct trace_read_opts {
     enum trace_format format;      /* TRACE_FMT_AUTO: detect by content */
     bool skip_bad;                 /* skip bad records, count them */
+    /* Called before each file and every 16,384 lines of a line format
+     * (NULL: never). A non-zero return stops the read there: the trace
+     * holds the records read so far (an interrupt; the caller knows). */
+    int (*progress)(void *arg, const struct trace_read_progress *p);
+    void *progress_arg;
 };
 
 /* Reads one file or a folder of files. On error returns NULL with a message

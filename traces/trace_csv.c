@@ -14,6 +14,7 @@
  */
 #include "traces/trace_internal.h"
 #include "traces/base/err.h"
+#include "traces/base/limits.h"
 #include "traces/base/mem.h"
 #include "traces/base/time_ns.h"
 
@@ -191,7 +192,7 @@ static int csv_next(struct csv_iter *it, const char *name, char *err)
         size_t n;
         int got = tb_lines_next(it->L, &line, &n);
         if (got < 0)
-            return err_set(err, "%s: read error", name);
+            return tb_lines_error(it->L, name, err);
         if (got == 0)
             return 0;
         it->lineno = it->L->lineno;
@@ -204,10 +205,7 @@ static int csv_next(struct csv_iter *it, const char *name, char *err)
             it->cap = n + 1;
             it->buf = xrealloc(it->buf, it->cap);
         }
-        size_t bad;
-        if (memchr(line, 0, n))
-            return err_set(err, "%s:%zu:%zu: NUL byte in a CSV line", name, it->lineno,
-                           (size_t)((const char *)memchr(line, 0, n) - line) + 1);
+        size_t bad; /* (a NUL byte never gets here: tb_lines_next refuses it) */
         if (csv_split(line, n, it->buf, &it->l, &bad))
             return err_set(err, "%s:%zu:%zu: bad CSV quoting or too many fields", name,
                            it->lineno, bad);
@@ -262,6 +260,9 @@ int trace_read_azure(struct tb *b, struct tb_lines *L, const char *name, bool sk
             else if (parse_count(l->f[cin], TRACE_MAX_TOKENS, &c.prompt_tokens))
                 r = err_set(err, "%s:%zu:%zu: ContextTokens: expected a token count (0 .. 1e8)",
                             name, it.lineno, l->col[cin]);
+            else if (c.prompt_tokens < 1)
+                r = err_set(err, "%s:%zu:%zu: ContextTokens: " TB_NO_PROMPT, name, it.lineno,
+                            l->col[cin]);
             else if (parse_count(l->f[cout], TRACE_MAX_OUTPUT, &c.output_tokens))
                 r = err_set(err, "%s:%zu:%zu: GeneratedTokens: expected a token count (0 .. 1e7)",
                             name, it.lineno, l->col[cout]);
@@ -285,7 +286,7 @@ int trace_read_azure(struct tb *b, struct tb_lines *L, const char *name, bool sk
                 continue;
             }
         }
-        if (!skip_bad || it.L->error) {
+        if (!skip_bad || it.L->why != TB_LINES_OK) {
             rc = -1;
             break;
         }
@@ -364,6 +365,15 @@ int trace_read_burstgpt(struct tb *b, struct tb_lines *L, const char *name, bool
             else if (parse_count(l->f[cin], TRACE_MAX_TOKENS, &w.in))
                 r = err_set(err, "%s:%zu:%zu: Request tokens: expected a token count (0 .. 1e8)",
                             name, it.lineno, l->col[cin]);
+            else if (w.in < 1)
+                r = err_set(err, "%s:%zu:%zu: Request tokens: " TB_NO_PROMPT, name, it.lineno,
+                            l->col[cin]);
+            else if (cmod >= 0 && strlen(l->f[cmod]) > LIMIT_NAME_BYTES)
+                r = err_set(err, "%s:%zu:%zu: Model: %zu bytes, more than the %d of a name",
+                            name, it.lineno, l->col[cmod], strlen(l->f[cmod]), LIMIT_NAME_BYTES);
+            else if (sessions && strlen(l->f[csid]) > LIMIT_NAME_BYTES)
+                r = err_set(err, "%s:%zu:%zu: Session ID: %zu bytes, more than the %d of a name",
+                            name, it.lineno, l->col[csid], strlen(l->f[csid]), LIMIT_NAME_BYTES);
             else if (parse_count(l->f[cout], TRACE_MAX_OUTPUT, &w.out))
                 r = err_set(err, "%s:%zu:%zu: Response tokens: expected a token count (0 .. 1e7)",
                             name, it.lineno, l->col[cout]);
@@ -401,7 +411,7 @@ int trace_read_burstgpt(struct tb *b, struct tb_lines *L, const char *name, bool
                 continue;
             }
         }
-        if (!skip_bad || it.L->error) {
+        if (!skip_bad || it.L->why != TB_LINES_OK) {
             rc = -1;
             break;
         }

@@ -14,6 +14,10 @@
 #define TRACE_MAX_OUTPUT 10000000LL   /* 1e7 output tokens */
 #define TRACE_MAX_SECONDS 1e9         /* about 31 years */
 #define TRACE_MAX_BLOCK_SIZE 1048576
+/* A call of no prompt token can only fail (every target refuses it): the
+ * readers refuse it, or skip it under skip-bad; the message's tail. */
+#define TB_NO_PROMPT_WHY "0 tokens: a call needs at least one prompt token"
+#define TB_NO_PROMPT TB_NO_PROMPT_WHY " (--skip-bad skips it)"
 
 struct tb_pfx {
     uint32_t key;  /* high 32 bits of the chained prefix hash, never 0; it
@@ -77,13 +81,26 @@ struct tb_lines {
     bool eof, error;
     size_t lineno;          /* of the line last returned (1-based) */
     size_t size_hint;       /* total bytes (file size), for table sizing */
+    /* Why tb_lines_next() failed (tb_lines_error() words it). */
+    enum { TB_LINES_OK, TB_LINES_READ, TB_LINES_LONG, TB_LINES_NUL } why;
+    size_t bad_line, bad_col; /* where (LONG, NUL) */
+    /* Asked every TB_LINES_POLL lines; non-zero stops the source as if
+     * the file ended there (an interrupt): `stopped` tells. */
+    int (*poll)(void *arg, uint64_t bytes);
+    void *poll_arg;
+    uint64_t bytes;         /* bytes read from the file so far */
+    bool stopped;
 };
+#define TB_LINES_POLL 16384
 void tb_lines_mem(struct tb_lines *L, const char *data, size_t len);
 void tb_lines_file(struct tb_lines *L, FILE *f, size_t size_hint);
 void tb_lines_free(struct tb_lines *L);
 /* The next line (without its newline; valid until the next call): 1, or 0
- * at the end, or -1 on a read error. */
+ * at the end (or when poll stopped it), or -1 on a read error, a line
+ * longer than LIMIT_TRACE_LINE_BYTES or a NUL byte (traces/base/limits.h). */
 int tb_lines_next(struct tb_lines *L, const char **line, size_t *n);
+/* The message of tb_lines_next()'s -1, located ("name:LINE:COL: ..."). */
+int tb_lines_error(const struct tb_lines *L, const char *name, char *err);
 /* The first bytes not yet consumed (at most want), for format detection. */
 void tb_lines_peek(struct tb_lines *L, size_t want, const char **p, size_t *n);
 

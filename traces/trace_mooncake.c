@@ -59,6 +59,10 @@ static int mc_line(struct tb *b, const char *line, size_t n, const char *name, s
     }
     c.prompt_tokens = json_integer_value(in);
     c.output_tokens = json_integer_value(out);
+    if (c.prompt_tokens < 1) {
+        rc = err_set(err, "%s:%zu:1: input_length: " TB_NO_PROMPT, name, lineno);
+        goto out;
+    }
     if (!json_is_array(h)) {
         rc = err_set(err, "%s:%zu:1: hash_ids: expected an array", name, lineno);
         goto out;
@@ -102,8 +106,11 @@ int trace_read_mooncake(struct tb *b, struct tb_lines *L, const char *name, bool
     t->global_scope = true;
     t->n_scopes = 1;
     b->use_pfx = true;
-    /* About one id per 10 bytes in Mooncake files, about 60 % distinct. */
-    tb_pfx_reserve(b, L->size_hint / 16);
+    /* About one id per 10 bytes in Mooncake files, about 60 % distinct. The
+     * file's size is only a hint (a sparse file may claim 2 GB of nothing):
+     * at most 4 M slots (32 MiB) up front; the table grows as ids come. */
+    size_t hint = L->size_hint / 16;
+    tb_pfx_reserve(b, hint < (1u << 22) ? hint : (1u << 22));
     uint32_t name_s = tb_str(b, name);
     uint64_t *ids = NULL;
     uint32_t cap = 0;
@@ -115,7 +122,7 @@ int trace_read_mooncake(struct tb *b, struct tb_lines *L, const char *name, bool
         size_t n;
         int got = tb_lines_next(L, &line, &n);
         if (got < 0) {
-            rc = err_set(err, "%s: read error", name);
+            rc = tb_lines_error(L, name, err);
             break;
         }
         if (got == 0)

@@ -6,6 +6,7 @@
  */
 #include "traces/trace_internal.h"
 #include "traces/base/err.h"
+#include "traces/base/limits.h"
 #include "traces/base/mem.h"
 
 #include <errno.h>
@@ -181,14 +182,18 @@ static int req_int(json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *ou
     return opt_int(o, k, lo, hi, -1, out);
 }
 
-static int opt_str(struct nat *n, json_t *o, const char *k, uint32_t *out)
+/* An optional string of at most max bytes (limits.h). 0, or -1 with the
+ * message. */
+static int opt_str(struct nat *n, json_t *o, const char *k, size_t max, uint32_t *out)
 {
     json_t *v = json_object_get(o, k);
     *out = TRACE_NONE;
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_string(v))
-        return -1;
+        return NBAD(n, "%s", k, "expected a string");
+    if (json_string_length(v) > max)
+        return NBAD(n, "%zu bytes, more than the %zu it may hold", k, json_string_length(v), max);
     *out = tb_str_n(n->b, json_string_value(v), json_string_length(v));
     return 0;
 }
@@ -233,9 +238,10 @@ static int nat_session(struct nat *n, json_t *o)
         return NBAD(n, "%s", "start", "expected nanoseconds >= 0");
     const char *keys[] = {"name", "kind", "status", "file"};
     uint32_t *dst[] = {&ss->name, &ss->kind, &ss->status, &ss->file};
+    const size_t max[] = {LIMIT_NAME_BYTES, LIMIT_NAME_BYTES, LIMIT_NAME_BYTES, LIMIT_PATH_BYTES};
     for (int i = 0; i < 4; i++)
-        if (opt_str(n, o, keys[i], dst[i]))
-            return NBAD(n, "%s", keys[i], "expected a string");
+        if (opt_str(n, o, keys[i], max[i], dst[i]))
+            return -1;
     if (!json_object_get(o, "file")) /* absent: the previous session's */
         ss->file = s ? t->sessions[s - 1].file : TRACE_NONE;
     n->cur = s;
@@ -262,6 +268,8 @@ static int nat_call(struct nat *n, json_t *o)
         return NBAD(n, "%s", "ttft", "expected nanoseconds >= 0");
     if (req_int(o, "in", 0, TRACE_MAX_TOKENS, &c.prompt_tokens))
         return NBAD(n, "%s", "in", "expected a token count (0 .. 1e8)");
+    if (c.prompt_tokens < 1)
+        return NBAD(n, "%s", "in", TB_NO_PROMPT);
     if (req_int(o, "out", 0, TRACE_MAX_OUTPUT, &c.output_tokens))
         return NBAD(n, "%s", "out", "expected a token count (0 .. 1e7)");
     json_t *ty = json_object_get(o, "type");
@@ -271,9 +279,11 @@ static int nat_call(struct nat *n, json_t *o)
     c.type = tys && !strcmp(tys, "s") ? TRACE_CALL_OTHER : TRACE_CALL_NORMAL;
     const char *keys[] = {"model", "stop", "input_types", "output_types"};
     uint32_t *dst[] = {&c.model, &c.stop, &c.input_types, &c.output_types};
+    const size_t max[] = {LIMIT_NAME_BYTES, LIMIT_NAME_BYTES, LIMIT_TYPES_BYTES,
+                          LIMIT_TYPES_BYTES};
     for (int i = 0; i < 4; i++)
-        if (opt_str(n, o, keys[i], dst[i]))
-            return NBAD(n, "%s", keys[i], "expected a string");
+        if (opt_str(n, o, keys[i], max[i], dst[i]))
+            return -1;
     int64_t base, shared;
     if (opt_int(o, "base", 0, (int64_t)t->n_calls - 1, -1, &base))
         return NBAD(n, "%s", "base", "expected an earlier call number");
@@ -363,7 +373,7 @@ int trace_read_native(struct tb *b, struct tb_lines *L, const char *name, bool s
         size_t k;
         int got = tb_lines_next(L, &line, &k);
         if (got < 0) {
-            rc = err_set(err, "%s: read error", name);
+            rc = tb_lines_error(L, name, err);
             break;
         }
         if (got == 0)

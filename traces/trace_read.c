@@ -4,6 +4,8 @@
  * parsing; format names (trace.h, trace_internal.h). */
 #include "traces/trace_internal.h"
 #include "traces/base/err.h"
+#include "traces/base/file.h"
+#include "traces/base/limits.h"
 #include "traces/base/mem.h"
 
 #include <dirent.h>
@@ -167,8 +169,10 @@ void tb_lines_free(struct tb_lines *L)
     L->buf = NULL;
 }
 
-/* Reads more of the file into the buffer, growing it when it is full. */
-static void lines_fill(struct tb_lines *L)
+/* Reads more of the file into the buffer, growing it when it is full, up
+ * to max bytes and one chunk more (so that the caller sees a line or a
+ * document longer than its limit without holding twice the limit). */
+static void lines_fill(struct tb_lines *L, size_t max)
 {
     if (L->eof)
         return;
@@ -178,25 +182,64 @@ static void lines_fill(struct tb_lines *L)
         L->start = 0;
     }
     if (L->end == L->cap) {
-        L->cap = L->cap ? 2 * L->cap : LINES_CHUNK;
+        size_t cap = L->cap ? 2 * L->cap : LINES_CHUNK;
+        if (cap > max + LINES_CHUNK)
+            cap = max + LINES_CHUNK;
+        if (cap <= L->cap)
+            return; /* full at its limit: the caller refuses it */
+        L->cap = cap;
         L->buf = xrealloc(L->buf, L->cap);
     }
     size_t got = fread(L->buf + L->end, 1, L->cap - L->end, L->f);
     L->end += got;
+    L->bytes += got;
     if (got == 0) {
         L->eof = true;
         L->error = ferror(L->f) != 0;
     }
 }
 
+/* Fails the source: why, at line `line` (1-based), column col. */
+static int lines_fail(struct tb_lines *L, int why, size_t line, size_t col)
+{
+    L->why = why;
+    L->bad_line = line;
+    L->bad_col = col;
+    return -1;
+}
+
+int tb_lines_error(const struct tb_lines *L, const char *name, char *err)
+{
+    char lim[32];
+    switch (L->why) {
+    case TB_LINES_LONG:
+        file_size_format(LIMIT_TRACE_LINE_BYTES, lim, sizeof lim);
+        return err_set(err, "%s:%zu:1: a line longer than %s (the limit of a trace line)", name,
+                       L->bad_line, lim);
+    case TB_LINES_NUL:
+        return err_set(err, "%s:%zu:%zu: a NUL byte: not a text trace (binary or sparse file?)",
+                       name, L->bad_line, L->bad_col);
+    default:
+        return err_set(err, "%s: read error", name);
+    }
+}
+
 int tb_lines_next(struct tb_lines *L, const char **line, size_t *n)
 {
+    if (L->poll && L->lineno % TB_LINES_POLL == 0 && L->lineno && !L->stopped &&
+        L->poll(L->poll_arg, L->bytes))
+        L->stopped = true;
+    if (L->stopped)
+        return 0;
     if (!L->f) {
         if (L->mem_pos >= L->mem_len)
             return 0;
         const char *p = L->mem + L->mem_pos;
         const char *nl = memchr(p, '\n', L->mem_len - L->mem_pos);
         size_t k = nl ? (size_t)(nl - p) : L->mem_len - L->mem_pos;
+        const char *z = memchr(p, 0, k);
+        if (z)
+            return lines_fail(L, TB_LINES_NUL, L->lineno + 1, (size_t)(z - p) + 1);
         L->mem_pos += k + 1;
         L->lineno++;
         *line = p;
@@ -208,6 +251,12 @@ int tb_lines_next(struct tb_lines *L, const char **line, size_t *n)
         const char *p = L->buf ? L->buf + L->start : NULL;
         size_t avail = L->end - L->start;
         const char *nl = avail > scanned ? memchr(p + scanned, '\n', avail - scanned) : NULL;
+        size_t upto = nl ? (size_t)(nl - p) : avail; /* the line's bytes seen so far */
+        const char *z = upto > scanned ? memchr(p + scanned, 0, upto - scanned) : NULL;
+        if (z)
+            return lines_fail(L, TB_LINES_NUL, L->lineno + 1, (size_t)(z - p) + 1);
+        if (upto > (size_t)LIMIT_TRACE_LINE_BYTES)
+            return lines_fail(L, TB_LINES_LONG, L->lineno + 1, 1);
         if (nl || (L->eof && avail)) {
             size_t k = nl ? (size_t)(nl - p) : avail;
             L->start += nl ? k + 1 : k;
@@ -217,9 +266,9 @@ int tb_lines_next(struct tb_lines *L, const char **line, size_t *n)
             return 1;
         }
         if (L->eof)
-            return L->error ? -1 : 0;
+            return L->error ? lines_fail(L, TB_LINES_READ, 0, 0) : 0;
         scanned = avail;
-        lines_fill(L);
+        lines_fill(L, LIMIT_TRACE_LINE_BYTES);
     }
 }
 
@@ -231,37 +280,119 @@ void tb_lines_peek(struct tb_lines *L, size_t want, const char **p, size_t *n)
         return;
     }
     while (!L->eof && L->end - L->start < want)
-        lines_fill(L);
+        lines_fill(L, want);
     *p = L->buf ? L->buf + L->start : "";
     *n = L->end - L->start;
 }
 
 /* ---- reading ----------------------------------------------------------- */
 
-/* The whole rest of a line source as one buffer (AgentX documents). */
+/* The whole rest of a line source as one buffer (AgentX documents), of at
+ * most LIMIT_TRACE_DOC_BYTES and without NUL bytes. */
 static char *lines_slurp(struct tb_lines *L, size_t *len, const char *name, char *err)
 {
-    if (!L->f) {
-        *len = L->mem_len - L->mem_pos;
-        char *d = xmalloc(*len + 1);
-        memcpy(d, L->mem + L->mem_pos, *len);
-        d[*len] = 0;
-        return d;
-    }
-    while (!L->eof)
-        lines_fill(L);
-    if (L->error) {
-        err_set(err, "%s: read error", name);
+    char lim[32], size[32];
+    file_size_format(LIMIT_TRACE_DOC_BYTES, lim, sizeof lim);
+    if (L->size_hint > (size_t)LIMIT_TRACE_DOC_BYTES) {
+        file_size_format((int64_t)L->size_hint, size, sizeof size);
+        err_set(err, "%s: %s, more than the %s of one JSON trace document", name, size, lim);
         return NULL;
     }
-    *len = L->end - L->start;
+    const char *src;
+    if (!L->f) {
+        *len = L->mem_len - L->mem_pos;
+        src = L->mem + L->mem_pos;
+    } else {
+        size_t checked = 0; /* bytes searched for a NUL */
+        while (!L->eof && L->end - L->start <= (size_t)LIMIT_TRACE_DOC_BYTES) {
+            if (L->end - L->start > checked &&
+                memchr(L->buf + L->start + checked, 0, L->end - L->start - checked))
+                break; /* found below */
+            checked = L->end - L->start;
+            lines_fill(L, LIMIT_TRACE_DOC_BYTES);
+        }
+        if (L->error) {
+            err_set(err, "%s: read error", name);
+            return NULL;
+        }
+        *len = L->end - L->start;
+        if (*len > (size_t)LIMIT_TRACE_DOC_BYTES && !memchr(L->buf + L->start, 0, *len)) {
+            err_set(err, "%s: more than the %s of one JSON trace document", name, lim);
+            return NULL;
+        }
+        src = L->buf ? L->buf + L->start : "";
+    }
+    const char *z = memchr(src, 0, *len);
+    if (z) {
+        size_t line, col;
+        tb_line_col(src, (size_t)(z - src), &line, &col);
+        err_set(err, "%s:%zu:%zu: a NUL byte: not a text trace (binary or sparse file?)", name,
+                line, col);
+        return NULL;
+    }
     char *d = xmalloc(*len + 1);
-    memcpy(d, L->buf + L->start, *len);
+    memcpy(d, src, *len);
     d[*len] = 0;
     return d;
 }
 
+static int read_any(struct tb *b, enum trace_format f, struct tb_lines *L, const char *name,
+                    bool skip_bad, char *err);
+
+/* A string field of at most max bytes; the message names it. */
+static int check_str(const struct trace *t, uint32_t i, size_t max, const char *where,
+                     const char *field, char *err)
+{
+    const char *v = trace_str(t, i);
+    size_t n = v ? strlen(v) : 0;
+    if (n > max)
+        return err_set(err, "%s: %s: %zu bytes, more than the %zu it may hold", where, field, n,
+                       max);
+    return 0;
+}
+
+/* The limits every record obeys (limits.h), checked on the sessions and
+ * calls one file added: names no longer than LIMIT_NAME_BYTES and a
+ * prompt of at least one token. The line readers refuse such records
+ * themselves (by line, or skip them under skip-bad); this catches the
+ * others (AgentX documents), by session and call. */
+static int check_added(const struct trace *t, uint32_t s0, uint32_t c0, const char *name,
+                       char *err)
+{
+    char where[ERR_LEN];
+    for (uint32_t s = s0; s < t->n_sessions; s++) {
+        const struct trace_session *ss = &t->sessions[s];
+        snprintf(where, sizeof where, "%s: session %u", name, s - s0);
+        if (check_str(t, ss->name, LIMIT_NAME_BYTES, where, "name", err) ||
+            check_str(t, ss->kind, LIMIT_NAME_BYTES, where, "kind", err) ||
+            check_str(t, ss->status, LIMIT_NAME_BYTES, where, "status", err))
+            return -1;
+    }
+    for (uint32_t i = c0; i < t->n_calls; i++) {
+        const struct trace_call *c = &t->calls[i];
+        const char *sn = trace_str(t, t->sessions[c->session].name);
+        snprintf(where, sizeof where, "%s: session %u%s%.64s%s, call %u", name,
+                 c->session - s0, sn ? " (" : "", sn ? sn : "", sn ? ")" : "", c->index);
+        if (c->prompt_tokens < 1)
+            return err_set(err, "%s: prompt: " TB_NO_PROMPT_WHY, where);
+        if (check_str(t, c->model, LIMIT_NAME_BYTES, where, "model", err) ||
+            check_str(t, c->stop, LIMIT_NAME_BYTES, where, "stop", err) ||
+            check_str(t, c->input_types, LIMIT_TYPES_BYTES, where, "input_types", err) ||
+            check_str(t, c->output_types, LIMIT_TYPES_BYTES, where, "output_types", err))
+            return -1;
+    }
+    return 0;
+}
+
 static int read_one(struct tb *b, enum trace_format f, struct tb_lines *L, const char *name,
+                    bool skip_bad, char *err)
+{
+    uint32_t s0 = b->t->n_sessions, c0 = b->t->n_calls;
+    int rc = read_any(b, f, L, name, skip_bad, err);
+    return rc ? rc : check_added(b->t, s0, c0, name, err);
+}
+
+static int read_any(struct tb *b, enum trace_format f, struct tb_lines *L, const char *name,
                     bool skip_bad, char *err)
 {
     if (f == TRACE_FMT_AUTO) {
@@ -321,8 +452,24 @@ struct trace *trace_read_mem(const char *data, size_t len, const char *name,
     return tb_finish(&b);
 }
 
+/* A read's progress: the caller's callback and what it is told. */
+struct read_poll {
+    const struct trace_read_opts *o;
+    struct trace_read_progress p;
+    bool stopped;
+};
+
+static int poll_lines(void *arg, uint64_t bytes)
+{
+    struct read_poll *rp = arg;
+    rp->p.bytes = bytes;
+    if (!rp->stopped && rp->o->progress(rp->o->progress_arg, &rp->p))
+        rp->stopped = true;
+    return rp->stopped;
+}
+
 static int read_path(struct tb *b, enum trace_format f, const char *path, bool skip_bad,
-                     char *err)
+                     struct read_poll *rp, char *err)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp)
@@ -331,6 +478,11 @@ static int read_path(struct tb *b, enum trace_format f, const char *path, bool s
     size_t hint = fstat(fileno(fp), &st) == 0 && st.st_size > 0 ? (size_t)st.st_size : 0;
     struct tb_lines L;
     tb_lines_file(&L, fp, hint);
+    if (rp->o->progress) {
+        rp->p.path = path;
+        L.poll = poll_lines;
+        L.poll_arg = rp;
+    }
     int rc = read_one(b, f, &L, path, skip_bad, err);
     tb_lines_free(&L);
     fclose(fp);
@@ -354,8 +506,9 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
     }
     struct tb b;
     tb_init(&b, TRACE_FMT_AUTO);
+    struct read_poll rp = {.o = &o, .p = {.path = path, .files_total = 1}};
     if (!S_ISDIR(st.st_mode)) {
-        if (read_path(&b, o.format, path, o.skip_bad, err)) {
+        if (read_path(&b, o.format, path, o.skip_bad, &rp, err)) {
             tb_abort(&b);
             return NULL;
         }
@@ -390,7 +543,8 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
         rc = err_set(err, "%s: no *.json or *.jsonl trace files in this folder", path);
     else
         qsort(names, n, sizeof *names, cmp_str);
-    for (size_t i = 0; i < n && !rc; i++) {
+    rp.p.files_total = n;
+    for (size_t i = 0; i < n && !rc && !rp.stopped; i++) {
         /* *.json files are AgentX session trees; *.jsonl files (native,
          * Mooncake) are detected by content, unless a format is forced. */
         size_t k = strlen(names[i]);
@@ -400,8 +554,14 @@ struct trace *trace_read(const char *path, const struct trace_read_opts *opts, c
         size_t plen = strlen(path) + strlen(names[i]) + 2;
         char *full = xmalloc(plen);
         snprintf(full, plen, "%s/%s", path, names[i]);
+        rp.p = (struct trace_read_progress){.path = full, .files_done = i, .files_total = n};
+        if (o.progress && o.progress(o.progress_arg, &rp.p)) {
+            rp.stopped = true;
+            free(full);
+            break;
+        }
         uint32_t before = b.t->n_sessions;
-        rc = read_path(&b, f, full, o.skip_bad, err);
+        rc = read_path(&b, f, full, o.skip_bad, &rp, err);
         /* Under skip_bad a file that is bad as a whole (its JSON does not
          * parse, no requests[]) is one skipped record; such errors come
          * before any of its sessions is made. */

@@ -6,8 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "replay/results.h"
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
+
+/* `agentreplay version` (and --version): the version results record. */
+static const struct flag_spec version_spec = {
+    .usage = "agentreplay version",
+    .about = "Prints the version (the one run.json records).",
+    .size = sizeof(int),
+};
+
+static int version_cmd(int argc, char **argv)
+{
+    int unused;
+    int rc = cli_parse("version", &version_spec, &unused, argc, argv, NULL, NULL);
+    if (rc >= 0)
+        return rc;
+    if (printf("agentreplay %s\n", AGENTREPLAY_VERSION) < 0 || fflush(stdout))
+        return EXIT_FAIL;
+    return EXIT_OK;
+}
 
 const struct cli_command cli_commands[] = {
     {"sim", replay_cmd_sim, "replay a trace against the simulated engine", &sim_spec},
@@ -18,13 +37,14 @@ const struct cli_command cli_commands[] = {
     {"load", load_cmd, "replay a trace against a live OpenAI-compatible URL", &load_spec},
     {"serve", serve_cmd, "serve the simulated engine over HTTP in real time", &serve_spec},
     {"plot", plot_cmd, "charts (PNG, SVG) and report.md from results", &plot_spec},
-    {"trace", trace_cmd, "trace stats | convert | synth", NULL},
+    {"trace", trace_cmd, "trace stats | convert | synth | plan", NULL},
     {"engine", engine_cmd_info, "engine info: memory budget and capacity", &engine_info_spec},
     {"bench-decode", engine_cmd_bench_decode, "fixed-batch decode measurement",
      &bench_decode_spec},
     {"fidelity", engine_cmd_fidelity, "engine predictions beside the calibration point",
      &fidelity_spec},
     {"kernels", kernels_cmd, "CUDA decode-layer kernels: list | cpu-check | check | bench", NULL},
+    {"version", version_cmd, "the version (also --version)", &version_spec},
     /* subcommands */
     {"trace stats", trace_cmd_stats, "statistics of traces", &trace_stats_spec},
     {"trace convert", trace_cmd_convert, "a trace in the native format", &trace_convert_spec},

@@ -12,6 +12,7 @@
 #include "plots/plot.h"
 #include "replay/cli/cli.h"
 #include "replay/cli/points.h"
+#include "replay/dist.h"
 #include "replay/results.h"
 #include "replay/run.h"
 #include "traces/base/err.h"
@@ -113,6 +114,9 @@ int replay_cmd_demo(int argc, char **argv)
     struct points_opts *co = &o.co;
     const struct grid *g = &co->grid;
     const char *out = co->run.out;
+    if (dist_env_size() > 1) /* every rank would write the same folder */
+        return cli_bad("demo", "the main job runs in one process; under mpirun or srun, "
+                               "split its points with `agentreplay sweep` instead");
     bool own = !strcmp(out, DEMO_OUT);
     if (results_prepare_dir(out, co->run.force || own, err))
         return cli_bad("demo", err);
@@ -121,9 +125,10 @@ int replay_cmd_demo(int argc, char **argv)
     struct run_trace tr;
     struct run_env env = {.trace = &tr, .command = cmd, .chrome_kernel_step = -1};
     int64_t t0 = wall_ns();
-    if (run_trace_load(&tr, co->run.trace, &co->run.tro, err)) {
+    if ((rc = run_trace_load(&tr, co->run.trace, &co->run.tro, err))) {
         free(cmd);
-        return cli_bad("demo", err);
+        fprintf(stderr, "agentreplay demo: %s\n", err);
+        return rc;
     }
     int n;
     struct run_point *grid = grid_points(g, &co->base, out, &n, err);

@@ -8,7 +8,7 @@
  *   - the server's usage counts (prompt, completion, cached prompt tokens)
  *     beside ours, and the achieved prefix-cache hit rate from them;
  *   - --metrics-url: the target's Prometheus metrics scraped every tick into
- *     metrics_timeline.jsonl;
+ *     metrics_timeline.jsonl (every sample but histogram buckets);
  *   - Ctrl-C (SIGINT) stops sending, waits up to --grace for the calls in
  *     flight, then cancels the rest, writes everything, marks the result
  *     interrupted and exits 1 (a second Ctrl-C cancels at once).
@@ -19,7 +19,14 @@
  * signal and at the end, instead of once per call: one write(2) per call
  * was a tenth of the generator's CPU per call at thousands of calls a
  * second. A run killed outright (SIGKILL) loses at most the last 100 ms of
- * records; Ctrl-C and SIGTERM lose nothing. */
+ * records; Ctrl-C and SIGTERM lose nothing.
+ *
+ * Under mpirun or srun with several ranks, the run is split across them
+ * (replay/dist_load.h): each rank plays its share of the lanes against
+ * the same URL from a common start and streams its records to rank 0,
+ * which writes the one result folder (with run.json's "ranks"); the
+ * first signal stops at once (mpirun kills a second later). */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -28,11 +35,14 @@
 #include <string.h>
 
 #include "replay/cli/cli.h"
+#include "replay/dist.h"
+#include "replay/dist_load.h"
 #include "replay/http_target.h"
 #include "replay/replay_flags.h"
 #include "replay/results.h"
 #include "replay/run.h"
 #include "traces/base/err.h"
+#include "traces/base/limits.h"
 #include "traces/base/time_ns.h"
 
 #define RECORDS_BUFFER (64 * 1024)
@@ -44,7 +54,7 @@ struct load_opts {
     double lag_threshold_ms;
     char metrics_url[600];
     int gpus, tp;
-    bool url_given;
+    bool url_given, key_given;
 };
 
 static void load_init(void *opts)
@@ -52,8 +62,9 @@ static void load_init(void *opts)
     struct load_opts *o = opts;
     replay_config_defaults(&o->rc);
     http_target_config_defaults(&o->hc);
+    /* A key longer than the buffer is refused in load_cmd, never cut. */
     const char *key = getenv("OPENAI_API_KEY");
-    if (key)
+    if (key && strlen(key) <= LIMIT_API_KEY_BYTES)
         snprintf(o->hc.api_key, sizeof o->hc.api_key, "%s", key);
     o->lag_threshold_ms = 50;
     o->gpus = 1;
@@ -73,10 +84,10 @@ static const struct flag load_flags[] = {
      .choices = endpoint_names},
     {"--prompt-mode", 0, FLAG_CHOICE, FLAG_AT(O, hc.prompt_mode), NULL,
      "tokens: ids on /v1/completions", .choices = prompt_mode_names},
-    {"--model", 0, FLAG_BUF, FLAG_AT(O, hc.model), "NAME", "model sent",
-     .def = "the server's first /v1/models"},
+    {"--model", 0, FLAG_BUF, FLAG_AT(O, hc.model), "NAME",
+     "the one model name every request sends, whatever\nthe trace records", .def = "the server's first /v1/models"},
     {"--api-key", 0, FLAG_BUF, FLAG_AT(O, hc.api_key), "K", "Authorization: Bearer K",
-     .def = "$OPENAI_API_KEY"},
+     .def = "$OPENAI_API_KEY", .seen = FLAG_SEEN(O, key_given)},
     {"--connect-timeout", 0, FLAG_DURATION, FLAG_AT(O, hc.connect_timeout_ns), NULL,
      "connecting", .min = 0, .max = INT64_C(1000000000) * NS_PER_S, .opts = FLAG_OPEN_MIN},
     {"--read-timeout", 0, FLAG_DURATION, FLAG_AT(O, hc.read_timeout_ns), NULL,
@@ -120,6 +131,7 @@ struct load {
     struct replay *rp;
     struct loop_timer scrape_timer;
     FILE *mtl;                   /* metrics_timeline.jsonl */
+    char mtl_err[ERR_LEN];       /* its first open or write error, "" if none */
     uint64_t scrapes, scrape_errors;
     int scrape_busy;
     /* schedule lag and cache figures, gathered from each record written */
@@ -129,6 +141,8 @@ struct load {
     int64_t prompt_with_cache, cached;
     uint64_t records, with_usage, usage_output_mismatch;
     bool degraded;
+    struct dist_load *dl;        /* a run split across MPI ranks, or NULL */
+    char dist_err[ERR_LEN];
 };
 
 /* ---- Prometheus scraping ---- */
@@ -165,7 +179,12 @@ static void scrape_done(void *arg, int status, const char *body, size_t len)
                 num[k] = 0;
                 char *e;
                 double v = strtod(num, &e);
-                if (e != num && isfinite(v)) {
+                /* Histogram buckets (vLLM's are most of a scrape, ~20 KB)
+                 * are left out; their _sum and _count stay. */
+                const char *brace = memchr(p, '{', (size_t)(q - p));
+                const char *ne = brace ? brace : q;
+                bool bucket = ne - p >= 7 && !memcmp(ne - 7, "_bucket", 7);
+                if (e != num && isfinite(v) && !bucket) {
                     char name[256];
                     size_t nl2 = (size_t)(q - p) < sizeof name - 1 ? (size_t)(q - p) : sizeof name - 1;
                     memcpy(name, p, nl2);
@@ -178,10 +197,8 @@ static void scrape_done(void *arg, int status, const char *body, size_t len)
     }
     json_t *line = json_pack("{s:f,s:o}", "t_s", (double)loop_now(ld->loop) / 1e9, "samples", samples);
     char *s = json_dumps(line, JSON_COMPACT);
-    if (ld->mtl && s) {
-        fprintf(ld->mtl, "%s\n", s);
-        fflush(ld->mtl);
-    }
+    if (ld->mtl && s && (fprintf(ld->mtl, "%s\n", s) < 0 || fflush(ld->mtl)) && !ld->mtl_err[0])
+        snprintf(ld->mtl_err, sizeof ld->mtl_err, "metrics_timeline.jsonl: %s", strerror(errno));
     free(s);
     json_decref(line);
 }
@@ -196,14 +213,20 @@ static void scrape_cb(struct loop *l, struct loop_timer *t)
     loop_at(l, t, loop_now(l) + ld->o->rc.tick_ns, scrape_cb, ld);
 }
 
+static void note_record(void *arg, const struct replay_record *r);
+
 static void started(void *arg, struct replay *r)
 {
     struct load *ld = arg;
     ld->rp = r;
-    if (ld->o->metrics_url[0]) {
+    if (ld->dl)
+        dist_load_attach(ld->dl, r, ld->loop, note_record, ld);
+    if (ld->o->metrics_url[0] && dist_env_rank() == 0) {
         char path[1200];
         snprintf(path, sizeof path, "%s/metrics_timeline.jsonl", ld->o->run.out);
         ld->mtl = fopen(path, "w");
+        if (!ld->mtl)
+            snprintf(ld->mtl_err, sizeof ld->mtl_err, "%.400s: %s", path, strerror(errno));
         loop_at(ld->loop, &ld->scrape_timer, loop_now(ld->loop), scrape_cb, ld);
     }
 }
@@ -212,9 +235,42 @@ static void stopped(void *arg)
 {
     struct load *ld = arg;
     loop_cancel(ld->loop, &ld->scrape_timer);
+    if (ld->dl) {
+        struct http_target_counts cnt;
+        http_target_counts(ld->tg, &cnt);
+        if (dist_load_end(ld->dl, &cnt, sizeof cnt, ld->dist_err))
+            fprintf(stderr, "agentreplay load: rank %d: %s\n", dist_rank(), ld->dist_err);
+    }
 }
 
-static void observe_record(void *arg, const struct replay_record *r)
+static void summarized(void *arg, struct run_result *res)
+{
+    struct load *ld = arg;
+    if (ld->dl)
+        dist_load_outcome(ld->dl, &res->out);
+}
+
+/* The other ranks' counters added to this one's (rank 0). */
+static void add_rank_counts(const struct load *ld, struct http_target_counts *cnt)
+{
+    uint64_t sum[sizeof *cnt / sizeof(uint64_t)], x[ARRAY_LEN(sum)];
+    _Static_assert(sizeof sum == sizeof *cnt, "http_target_counts holds uint64_t only");
+    memcpy(sum, cnt, sizeof sum);
+    for (int r = 1; r < dist_size(); r++) {
+        size_t len;
+        const void *e = dist_load_extra(ld->dl, r, &len);
+        if (!e || len != sizeof x)
+            continue;
+        memcpy(x, e, sizeof x);
+        for (size_t i = 0; i < ARRAY_LEN(sum); i++)
+            sum[i] += x[i];
+    }
+    memcpy(cnt, sum, sizeof sum);
+}
+
+/* Lag, usage and cache figures of each record: this rank's, and at rank 0
+ * of a split run the other ranks' too. */
+static void note_record(void *arg, const struct replay_record *r)
 {
     struct load *ld = arg;
     ld->records++;
@@ -233,6 +289,14 @@ static void observe_record(void *arg, const struct replay_record *r)
     }
 }
 
+static void observe_record(void *arg, const struct replay_record *r)
+{
+    struct load *ld = arg;
+    note_record(ld, r);
+    if (ld->dl)
+        dist_load_record(ld->dl, r);
+}
+
 /* run.json's "live": lag, usage, the target's counts, scrapes. */
 static void extend(void *arg, void *run_json, const struct run_result *res)
 {
@@ -241,6 +305,8 @@ static void extend(void *arg, void *run_json, const struct run_result *res)
     metrics_stat_compute(ld->lags.v, ld->lags.n, &ld->lag_ms);
     struct http_target_counts cnt;
     http_target_counts(ld->tg, &cnt);
+    if (ld->dl)
+        add_rank_counts(ld, &cnt);
     ld->degraded = ld->lag_ms.p99 > o->lag_threshold_ms;
     double hit = ld->prompt_with_cache > 0 ? (double)ld->cached / (double)ld->prompt_with_cache : NAN;
     json_t *live = json_pack(
@@ -263,6 +329,8 @@ static void extend(void *arg, void *run_json, const struct run_result *res)
                                       (json_int_t)ld->scrapes, "failed", (json_int_t)ld->scrape_errors,
                                       "file", "metrics_timeline.jsonl"));
     json_object_set_new((json_t *)run_json, "live", live);
+    if (ld->dl)
+        json_object_set_new((json_t *)run_json, "ranks", dist_load_ranks_json(ld->dl));
 }
 
 /* The run's "config": the replayer's and the load generator's. */
@@ -282,6 +350,20 @@ static json_t *config_json(const struct load_opts *o)
     return cfg;
 }
 
+/* Joins the MPI job and waits for the common start (dist_load.h). */
+static int dist_begin(struct load *ld, char *err)
+{
+    if (dist_init(err))
+        return -1;
+    run_signals_install(); /* after MPI_Init, whatever it set */
+    ld->dl = dist_load_create(ld->o->run.out, err);
+    if (!ld->dl || dist_load_start(ld->dl, err)) {
+        fprintf(stderr, "agentreplay load: rank %d: %s\n", dist_rank(), err);
+        dist_abort(EXIT_FAIL);
+    }
+    return 0;
+}
+
 int load_cmd(int argc, char **argv)
 {
     char err[ERR_LEN] = "";
@@ -293,6 +375,12 @@ int load_cmd(int argc, char **argv)
     if (rc >= 0)
         return rc;
     struct http_target_config *hc = &o.hc;
+    const char *env_key = getenv("OPENAI_API_KEY");
+    if (!o.key_given && env_key && strlen(env_key) > LIMIT_API_KEY_BYTES) {
+        snprintf(err, sizeof err, "$OPENAI_API_KEY: %zu characters, more than the %d a key may "
+                                  "have (give --api-key)", strlen(env_key), LIMIT_API_KEY_BYTES);
+        return cli_bad("load", err);
+    }
     if (!o.url_given || !o.run.trace || !o.run.out)
         return cli_bad("load", "--url, --trace and -o are required (see --help)");
     if (o.run.slo.n_objectives)
@@ -310,9 +398,13 @@ int load_cmd(int argc, char **argv)
     hc->gpus = o.gpus;
 
     struct run_trace tr;
-    if (run_trace_load(&tr, o.run.trace, &o.run.tro, err))
-        return cli_bad("load", err);
-    if (results_prepare_dir(o.run.out, o.run.force, err)) {
+    if ((rc = run_trace_load(&tr, o.run.trace, &o.run.tro, err))) {
+        fprintf(stderr, "agentreplay load: %s\n", err);
+        return rc;
+    }
+    replay_config_fit(&o.rc, tr.tr);
+    bool lead = dist_env_rank() == 0; /* writes the result (rank 0 of a split run) */
+    if (lead && results_prepare_dir(o.run.out, o.run.force, err)) {
         run_trace_free(&tr);
         return cli_bad("load", err);
     }
@@ -322,16 +414,23 @@ int load_cmd(int argc, char **argv)
         return EXIT_FAIL;
     }
     struct load ld = {.o = &o};
+    if (dist_env_size() > 1 && dist_begin(&ld, err)) {
+        fprintf(stderr, "agentreplay load: %s\n", err);
+        run_trace_free(&tr);
+        return EXIT_FAIL;
+    }
     ld.loop = loop_real_create();
     ld.tg = ld.loop ? http_target_create(hc, ld.loop, err) : NULL;
     if (!ld.tg) {
         cli_bad("load", err[0] ? err : "cannot create the event loop");
+        if (ld.dl)
+            dist_abort(EXIT_BADINPUT); /* the other ranks wait for this one */
         loop_destroy(ld.loop);
         run_trace_free(&tr);
         return EXIT_BADINPUT;
     }
     signal(SIGPIPE, SIG_IGN);
-    if (!o.run.quiet)
+    if (!o.run.quiet && lead)
         fprintf(stderr, "load: %s (%s, model %s), %s, concurrency %d, duration %.0f s\n", hc->url,
                 hc->endpoint == HTTP_EP_CHAT ? "chat" : "completions", hc->model, o.run.trace,
                 o.rc.concurrency, (double)o.rc.duration_ns / 1e9);
@@ -343,13 +442,16 @@ int load_cmd(int argc, char **argv)
         .trace = &tr,
         .rc = &o.rc,
         .slo = &o.run.slo,
-        .dir = o.run.out,
+        .dir = lead ? o.run.out : NULL,
         .loop = ld.loop,
         .tg = ld.tg,
-        .hold = http_target_hold,
+        .hold = ld.dl ? NULL : http_target_hold,
         .inflight = http_target_inflight,
-        .progress = o.run.quiet ? RUN_PROGRESS_NONE : RUN_PROGRESS_LINES,
-        .records_buffer = RECORDS_BUFFER,
+        .progress = o.run.quiet || !lead ? RUN_PROGRESS_NONE : RUN_PROGRESS_LINES,
+        .records_buffer = ld.dl ? 0 : RECORDS_BUFFER,
+        .records_to = ld.dl ? dist_load_records_stream(ld.dl) : NULL,
+        .timeline_to = ld.dl ? dist_load_timeline_stream(ld.dl) : NULL,
+        .summarized = summarized,
         .observe = observe_record,
         .observe_arg = &ld,
         .info = {.command = cmd,
@@ -371,7 +473,7 @@ int load_cmd(int argc, char **argv)
     struct run_result res;
     void *run;
     rc = run_replay(&s, &res, &run, err);
-    if (run && !o.run.quiet)
+    if (run && !o.run.quiet && lead)
         fprintf(stderr,
                 "load: %s%llu calls (%llu errors, %llu cancelled); TTFT P90 %.1f ms, TPOT P90 %.2f ms, "
                 "interactivity P90 %.1f tok/s/user; schedule lag P99 %.3f ms%s; %s/run.json\n",
@@ -379,14 +481,27 @@ int load_cmd(int argc, char **argv)
                 (unsigned long long)res.sum.errors, (unsigned long long)res.sum.cancelled,
                 res.sum.ttft_ms.p90, res.sum.tpot_ms.p90, res.sum.interactivity.p90, ld.lag_ms.p99,
                 ld.degraded ? " (DEGRADED)" : "", o.run.out);
+    /* A run of nothing but errors is no measurement (exit 1, like an
+     * interrupted or failed run: traces/base/err.h). */
+    if (rc == EXIT_OK && run && res.sum.completed == 0) {
+        snprintf(err, sizeof err, "no call completed (%llu records, %llu errors): see %s/"
+                                  "requests.jsonl", (unsigned long long)res.sum.records,
+                 (unsigned long long)res.sum.errors, o.run.out);
+        rc = EXIT_FAIL;
+    }
+    if (ld.mtl && fclose(ld.mtl) && !ld.mtl_err[0])
+        snprintf(ld.mtl_err, sizeof ld.mtl_err, "metrics_timeline.jsonl: %s", strerror(errno));
+    if (rc == EXIT_OK && ld.mtl_err[0]) {
+        snprintf(err, sizeof err, "%s", ld.mtl_err);
+        rc = EXIT_FAIL;
+    }
     if (rc != EXIT_OK)
         fprintf(stderr, "agentreplay load: %s\n", err);
     json_decref(run);
-    if (ld.mtl)
-        fclose(ld.mtl);
     dvec_free(&ld.lags);
     target_destroy(ld.tg);
     loop_destroy(ld.loop);
+    dist_load_destroy(ld.dl);
     run_trace_free(&tr);
     free(cmd);
     return rc;

@@ -1,6 +1,9 @@
 /* plan.c: `agentreplay plan`: the most live sessions each layout and
  * decode path sustains under percentile objectives (--slo), or the fewest
- * GPUs that sustain a number of sessions; a search over simulated runs. */
+ * GPUs that sustain a number of sessions; a search over simulated runs.
+ * Under mpirun or srun with several ranks, each search (a layout and
+ * decode path) goes to a rank from rank 0's queue; rank 0 prints their
+ * lines in order and receives their run folders (replay/pool.h). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +12,8 @@
 
 #include "replay/cli/cli.h"
 #include "replay/cli/points.h"
+#include "replay/dist.h"
+#include "replay/pool.h"
 #include "replay/results.h"
 #include "replay/run.h"
 #include "traces/base/err.h"
@@ -71,6 +76,7 @@ struct plan_state {
     const char *out;
     struct plan_run runs[64];
     int n_runs;
+    int code;                   /* the exit code of a run that failed */
 };
 
 static int plan_eval(struct plan_state *ps, struct run_point *p, int x, bool *pass, char *err)
@@ -85,8 +91,10 @@ static int plan_eval(struct plan_state *ps, struct run_point *p, int x, bool *pa
         run_point_dirname(p->label, p->rc.concurrency, dn, sizeof dn);
         if (p->ec.gpus)
             snprintf(p->dir, sizeof p->dir, "%s/%dgpu-%s", ps->out, p->ec.gpus, dn);
-        if (results_prepare_dir(p->dir, true, err))
+        if (results_prepare_dir(p->dir, true, err)) {
+            ps->code = EXIT_FAIL;
             return -1;
+        }
     } else {
         p->dir[0] = 0;
     }
@@ -94,6 +102,7 @@ static int plan_eval(struct plan_state *ps, struct run_point *p, int x, bool *pa
     int rc = run_point_exec(ps->env, p, &run, err);
     if (rc != EXIT_OK) {
         json_decref(run);
+        ps->code = rc;
         return -1;
     }
     struct plan_run *r = &ps->runs[ps->n_runs < 64 ? ps->n_runs++ : 63];
@@ -111,15 +120,15 @@ static int plan_eval(struct plan_state *ps, struct run_point *p, int x, bool *pa
     return 0;
 }
 
-static void plan_print_run(const struct plan_state *ps, int x, const char *what)
+static void plan_print_run(FILE *out, const struct plan_state *ps, int x, const char *what)
 {
     for (int i = 0; i < ps->n_runs; i++) {
         if (ps->runs[i].x != x)
             continue;
-        printf("    %s %-4d %s:", what, x, ps->runs[i].pass ? "pass" : "FAIL");
+        fprintf(out, "    %s %-4d %s:", what, x, ps->runs[i].pass ? "pass" : "FAIL");
         for (int k = 0; k < ps->slo->n_objectives; k++)
-            printf("  %s %.1f", ps->slo->objectives[k].name, ps->runs[i].v[k]);
-        printf("\n");
+            fprintf(out, "  %s %.1f", ps->slo->objectives[k].name, ps->runs[i].v[k]);
+        fprintf(out, "\n");
     }
 }
 
@@ -176,62 +185,119 @@ static int plan_search(struct plan_state *ps, struct run_point *p, int max, bool
     return lo;
 }
 
-/* The most sessions of each layout and decode path. */
-static int plan_sessions(const struct plan_opts *o, const struct run_env *env, char *err)
+/* The most sessions of layout a and decode path b, its runs under root
+ * (NULL: none), its lines to out. */
+static int plan_sessions(const struct plan_opts *o, const struct run_env *env, int a, int b,
+                         const char *root, FILE *out, char *err)
 {
     const struct points_opts *co = &o->co;
     const struct grid *g = &co->grid;
-    for (int a = 0; a < g->n_layout; a++)
-        for (int b = 0; b < g->backend.n; b++) {
-            struct plan_state ps = {.env = env, .slo = &co->run.slo, .out = co->run.out};
-            struct run_point p = co->base;
-            p.ec.tp = g->tp[a];
-            p.ec.gpus = g->tp[a] * g->rep[a];
-            p.ec.backend = (enum engine_backend)g->backend.v[b];
-            run_point_label(&p);
-            int fail = 0;
-            int best = plan_search(&ps, &p, o->max_conc, false, &fail, err);
-            if (best < 0)
-                return strstr(err, "interrupted") ? EXIT_FAIL : EXIT_BADINPUT;
-            printf("%-32s %d GPUs: %d live sessions%s\n", p.label, p.ec.gpus, best,
-                   fail ? "" : " (or more: not bracketed, raise --max-concurrency)");
-            if (best)
-                plan_print_run(&ps, best, "c =");
-            if (fail)
-                plan_print_run(&ps, fail, "c =");
-        }
+    struct plan_state ps = {.env = env, .slo = &co->run.slo, .out = root};
+    struct run_point p = co->base;
+    p.ec.tp = g->tp[a];
+    p.ec.gpus = g->tp[a] * g->rep[a];
+    p.ec.backend = (enum engine_backend)g->backend.v[b];
+    run_point_label(&p);
+    int fail = 0;
+    int best = plan_search(&ps, &p, o->max_conc, false, &fail, err);
+    if (best < 0)
+        return ps.code ? ps.code : EXIT_BADINPUT;
+    fprintf(out, "%-32s %d GPUs: %d live sessions%s\n", p.label, p.ec.gpus, best,
+            fail ? "" : " (or more: not bracketed, raise --max-concurrency)");
+    if (best)
+        plan_print_run(out, &ps, best, "c =");
+    if (fail)
+        plan_print_run(out, &ps, fail, "c =");
     return EXIT_OK;
 }
 
-/* The fewest GPUs for o->sessions live sessions, per decode path. */
-static int plan_gpus(const struct plan_opts *o, const struct run_env *env, char *err)
+/* The fewest GPUs for o->sessions live sessions on decode path b. */
+static int plan_gpus(const struct plan_opts *o, const struct run_env *env, int b,
+                     const char *root, FILE *out, char *err)
 {
     const struct points_opts *co = &o->co;
     const struct grid *g = &co->grid;
     int tp = co->base.ec.tp;
-    for (int b = 0; b < g->backend.n; b++) {
-        struct plan_state ps = {.env = env, .slo = &co->run.slo, .out = co->run.out};
-        struct run_point p = co->base;
-        p.ec.tp = tp;
-        p.ec.backend = (enum engine_backend)g->backend.v[b];
-        p.rc.concurrency = o->sessions;
-        int fail = 0;
-        int reps = plan_search(&ps, &p, o->max_gpus / (tp > 0 ? tp : 1), true, &fail, err);
-        if (reps < 0)
-            return strstr(err, "interrupted") ? EXIT_FAIL : EXIT_BADINPUT;
-        const char *be = engine_backend_name(p.ec.backend);
-        if (!reps) {
-            printf("%s TP%d: no GPU count up to %d sustains %d sessions\n", be, tp, o->max_gpus,
-                   o->sessions);
-        } else {
-            printf("%s TP%d: fewest GPUs for %d live sessions: %d (%d replicas)\n", be, tp,
-                   o->sessions, reps * tp, reps);
-            plan_print_run(&ps, reps, "replicas =");
-            if (reps > 1)
-                plan_print_run(&ps, reps - 1, "replicas =");
-        }
+    struct plan_state ps = {.env = env, .slo = &co->run.slo, .out = root};
+    struct run_point p = co->base;
+    p.ec.tp = tp;
+    p.ec.backend = (enum engine_backend)g->backend.v[b];
+    p.rc.concurrency = o->sessions;
+    int fail = 0;
+    int reps = plan_search(&ps, &p, o->max_gpus / (tp > 0 ? tp : 1), true, &fail, err);
+    if (reps < 0)
+        return ps.code ? ps.code : EXIT_BADINPUT;
+    const char *be = engine_backend_name(p.ec.backend);
+    if (!reps) {
+        fprintf(out, "%s TP%d: no GPU count up to %d sustains %d sessions\n", be, tp,
+                o->max_gpus, o->sessions);
+    } else {
+        fprintf(out, "%s TP%d: fewest GPUs for %d live sessions: %d (%d replicas)\n", be, tp,
+                o->sessions, reps * tp, reps);
+        plan_print_run(out, &ps, reps, "replicas =");
+        if (reps > 1)
+            plan_print_run(out, &ps, reps - 1, "replicas =");
     }
     return EXIT_OK;
+}
+
+/* The searches: one per layout and decode path (one per decode path with
+ * --sessions). */
+static int plan_n_jobs(const struct plan_opts *o)
+{
+    const struct grid *g = &o->co.grid;
+    return o->sessions ? g->backend.n : g->n_layout * g->backend.n;
+}
+
+static int plan_job(const struct plan_opts *o, const struct run_env *env, int i, const char *root,
+                    FILE *out, char *err)
+{
+    int nb = o->co.grid.backend.n;
+    return o->sessions ? plan_gpus(o, env, i, root, out, err)
+                       : plan_sessions(o, env, i / nb, i % nb, root, out, err);
+}
+
+struct plan_rjob {
+    const struct plan_opts *o;
+    const struct run_env *env;
+};
+
+static int plan_rjob(void *arg, int i, const char *root, FILE *out)
+{
+    struct plan_rjob *j = arg;
+    char err[ERR_LEN] = "";
+    int rc = plan_job(j->o, j->env, i, root, out, err);
+    if (rc != EXIT_OK)
+        fprintf(stderr, "agentreplay plan: %s\n", err);
+    return rc;
+}
+
+/* Every search in order here, or across the ranks (every rank). */
+static int plan_run(const struct plan_opts *o, const struct run_env *env, char *err)
+{
+    int n = plan_n_jobs(o);
+    if (dist_env_size() <= 1) {
+        for (int i = 0; i < n; i++) {
+            int rc = plan_job(o, env, i, o->co.run.out, stdout, err);
+            if (rc != EXIT_OK)
+                return rc;
+        }
+        return EXIT_OK;
+    }
+    if (dist_init(err))
+        return EXIT_FAIL;
+    run_signals_install(); /* after MPI_Init, whatever it set */
+    struct plan_rjob j = {o, env};
+    struct pool_ranks pr = {.n = n, .jobs = 1, .root = o->co.run.out, .fn = plan_rjob, .arg = &j};
+    int failed = pool_run_ranks(&pr);
+    if (pr.end_job) { /* ranks left behind: the job ends with this one */
+        fflush(stdout);
+        dist_abort(EXIT_FAIL);
+    }
+    if (!failed)
+        return EXIT_OK;
+    snprintf(err, ERR_LEN, "%d of %d searches failed or did not run", failed, n);
+    return pr.first_failure ? pr.first_failure : EXIT_FAIL;
 }
 
 int replay_cmd_plan(int argc, char **argv)
@@ -248,23 +314,32 @@ int replay_cmd_plan(int argc, char **argv)
                                "interactivity_p90=100,ttft_p90_ms=2000)");
     if (grid_complete(&co->grid, &co->base, false, err))
         return cli_bad("plan", err);
-    if (co->run.out && results_prepare_dir(co->run.out, co->run.force, err))
+    bool lead = dist_env_rank() == 0;
+    if (co->run.out && lead && results_prepare_dir(co->run.out, co->run.force, err))
         return cli_bad("plan", err);
     char *cmd = cli_command_line(argc, argv);
     struct run_trace tr;
     struct run_env env = {.trace = &tr, .command = cmd, .chrome_kernel_step = -1};
-    if (run_trace_load(&tr, co->run.trace, &co->run.tro, err)) {
-        free(cmd);
-        return cli_bad("plan", err);
-    }
     run_signals_install();
-    printf("plan: SLO");
-    for (int k = 0; k < slo->n_objectives; k++)
-        printf(" %s %s %g", slo->objectives[k].name, slo->objectives[k].at_least ? ">=" : "<=",
-               slo->objectives[k].limit);
-    printf("; %s %s, %.0f s per run\n", co->base.ec.model, co->base.ec.gpu,
-           (double)co->base.rc.duration_ns / 1e9);
-    rc = o.sessions ? plan_gpus(&o, &env, err) : plan_sessions(&o, &env, err);
+    if ((rc = run_trace_load(&tr, co->run.trace, &co->run.tro, err))) {
+        free(cmd);
+        fprintf(stderr, "agentreplay plan: %s\n", err);
+        return rc;
+    }
+    if (lead) {
+        printf("plan: SLO");
+        for (int k = 0; k < slo->n_objectives; k++)
+            printf(" %s %s %g", slo->objectives[k].name, slo->objectives[k].at_least ? ">=" : "<=",
+                   slo->objectives[k].limit);
+        printf("; %s %s, %.0f s per run\n", co->base.ec.model, co->base.ec.gpu,
+               (double)co->base.rc.duration_ns / 1e9);
+    }
+    rc = plan_run(&o, &env, err);
+    if (!lead) {
+        run_trace_free(&tr);
+        free(cmd);
+        return rc;
+    }
     if (rc != EXIT_OK)
         fprintf(stderr, "agentreplay plan: %s\n", err);
     else if (run_interrupted()) {

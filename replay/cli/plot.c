@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "plots/plot.h"
 #include "replay/cli/cli.h"
@@ -166,6 +168,29 @@ static int render(const char **dirs, int n, const struct plot_cmd_opts *po, int 
     return rc;
 }
 
+/* A folder with no results yet (results/demo on a fresh clone holds only
+ * the README's chart): says what makes them, instead of the plotter's
+ * "neither a run folder nor a sweep folder". 0, or EXIT_BADINPUT. */
+static int check_dir(const char *dir)
+{
+    char a[4200], b[4200];
+    struct stat st;
+    snprintf(a, sizeof a, "%s/run.json", dir);
+    snprintf(b, sizeof b, "%s/sweep.csv", dir);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(a, F_OK) == 0 ||
+        access(b, F_OK) == 0)
+        return 0; /* the plotter's own message */
+    size_t k = strlen(dir);
+    while (k > 1 && dir[k - 1] == '/')
+        k--;
+    bool demo = k >= 4 && !strncmp(dir + k - 4, "demo", 4);
+    fprintf(stderr, "agentreplay plot: %s: no results yet (no run.json or sweep.csv)%s\n", dir,
+            demo ? "; the main job writes them: run `make run` (or ./agentreplay) first"
+                 : "; a run (agentreplay sim -o DIR) or a sweep (agentreplay sweep -o DIR) "
+                   "writes them");
+    return EXIT_BADINPUT;
+}
+
 int plot_cmd(int argc, char **argv)
 {
     struct plot_cmd_opts po;
@@ -174,6 +199,9 @@ int plot_cmd(int argc, char **argv)
     int rc = cli_parse("plot", &plot_spec, &po, argc, argv, dirs, &n);
     if (rc < 0 && !po.out)
         rc = cli_bad("plot", "no output folder given (-o DIR)");
+    for (int i = 0; rc < 0 && i < n; i++)
+        if (check_dir(dirs[i]))
+            rc = EXIT_BADINPUT;
     if (rc < 0)
         rc = render(dirs, n, &po, argc, argv);
     free(dirs);

@@ -134,6 +134,10 @@ struct run_point *grid_points(const struct grid *g, const struct run_point *base
                     run_point_label(p);
                 char dn[256];
                 run_point_dirname(p->label, p->rc.concurrency, dn, sizeof dn);
+                if (!sdir) {
+                    snprintf(p->dir, sizeof p->dir, "%s", dn);
+                    continue;
+                }
                 snprintf(p->dir, sizeof p->dir, "%s/%s", sdir, dn);
                 if (results_prepare_dir(p->dir, true, err)) {
                     free(pts);
@@ -176,6 +180,58 @@ int points_run(const struct run_env *env, const struct run_point *pts, int n, in
     return pool_run(n, jobs, point_job, &j);
 }
 
+struct points_rjob {
+    const struct run_env *env;
+    const struct run_point *pts;
+    const char *sdir;            /* the points' folders' parent here, or NULL */
+};
+
+/* Point i into root/<its folder's name>. */
+static int point_rjob(void *arg, int i, const char *root, FILE *out)
+{
+    struct points_rjob *j = arg;
+    struct run_point p = j->pts[i];
+    char err[ERR_LEN] = "";
+    const char *rel = j->pts[i].dir;
+    size_t sl = j->sdir ? strlen(j->sdir) : 0;
+    if (sl && !strncmp(rel, j->sdir, sl) && rel[sl] == '/')
+        rel += sl + 1;
+    int rc = 0;
+    if (snprintf(p.dir, sizeof p.dir, "%s/%s", root, rel) >= (int)sizeof p.dir)
+        rc = err_set(err, "%s/%s: path too long", root, rel);
+    else if (strcmp(p.dir, j->pts[i].dir))
+        rc = results_prepare_dir(p.dir, true, err);
+    void *run = NULL;
+    if (!rc)
+        rc = run_point_exec(j->env, &p, &run, err);
+    if (rc != EXIT_OK)
+        fprintf(stderr, "%s: %s\n", p.label, err);
+    json_decref(run);
+    return rc != EXIT_OK;
+}
+
+int points_run_ranks(const struct run_env *env, const struct run_point *pts, int n, int jobs,
+                     const char *sdir, bool *end_job)
+{
+    struct run_env e = *env;
+    e.progress = false;
+    struct points_rjob j = {&e, pts, sdir};
+    /* The highest concurrency first: the longest points, mostly. */
+    int *order = xmalloc((size_t)(n ? n : 1) * sizeof *order);
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        for (; k > 0 && pts[order[k - 1]].rc.concurrency < pts[i].rc.concurrency; k--)
+            order[k] = order[k - 1];
+        order[k] = i;
+    }
+    struct pool_ranks pr = {.n = n, .jobs = jobs, .order = order, .root = sdir ? sdir : "",
+                            .fn = point_rjob, .arg = &j};
+    int failed = pool_run_ranks(&pr);
+    *end_job = pr.end_job;
+    free(order);
+    return failed;
+}
+
 int sweep_write_json(const char *sdir, const struct run_point *pts, int n, char *err)
 {
     int written = 0, partial = 0;
@@ -197,6 +253,19 @@ int sweep_write_json(const char *sdir, const struct run_point *pts, int n, char 
     int rc = json_dump_file(o, path, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(o);
     return rc ? err_set(err, "%s: cannot write", path) : 0;
+}
+
+int sweep_write_start(const char *sdir, const struct run_point *pts, int n, char *err)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/sweep.csv", sdir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return err_set(err, "%s: %s", path, strerror(errno));
+    fputs(results_sweep_header, f);
+    if (fclose(f))
+        return err_set(err, "%s: %s", path, strerror(errno));
+    return sweep_write_json(sdir, pts, n, err);
 }
 
 int sweep_write_csv(const char *sdir, const char *name, const struct run_point *pts, int n,

@@ -59,7 +59,9 @@ extern const struct flag jobs_flag[];
 int grid_complete(struct grid *g, const struct run_point *base, bool same_gpus, char *err);
 /* Every point of the grid (layout, backend, concurrency order), each with
  * its run folder SDIR/<label>-c<N> made; labels from the layout unless the
- * base has one and the grid holds one configuration. NULL with err. */
+ * base has one and the grid holds one configuration. sdir NULL: each dir
+ * is the folder's name alone and nothing is made (another rank of a
+ * distributed sweep). NULL with err. */
 struct run_point *grid_points(const struct grid *g, const struct run_point *base, const char *sdir,
                               int *n, char *err);
 
@@ -68,6 +70,13 @@ struct run_point *grid_points(const struct grid *g, const struct run_point *base
  * time. Returns the number of workers that reported a failure. */
 int points_run(const struct run_env *env, const struct run_point *pts, int n, int jobs,
                bool verbose);
+/* The same across the ranks of an MPI job (pool_run_ranks, the highest
+ * concurrency first); every rank calls it after dist_init(), with sdir its
+ * grid_points() folder (rank 0: the sweep folder; others: NULL). Rank 0
+ * returns how many points failed or never ran, other ranks 0 or 1;
+ * *end_job as pool_ranks.end_job. */
+int points_run_ranks(const struct run_env *env, const struct run_point *pts, int n, int jobs,
+                     const char *sdir, bool *end_job);
 
 /* SDIR/NAME (sweep.csv, confounded.csv) from the points' run.json files,
  * a row printed per point with print. */
@@ -75,5 +84,8 @@ int sweep_write_csv(const char *sdir, const char *name, const struct run_point *
                     bool print, char *err);
 /* SDIR/sweep.json: whether every point is there and complete. */
 int sweep_write_json(const char *sdir, const struct run_point *pts, int n, char *err);
+/* The tables a sweep starts with, before any point: sweep.csv with its
+ * header only and sweep.json marked partial (the end rewrites both). */
+int sweep_write_start(const char *sdir, const struct run_point *pts, int n, char *err);
 
 #endif

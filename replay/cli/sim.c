@@ -1,6 +1,9 @@
 /* sim.c: `agentreplay sim`: one run (or K seeds with --repeats, with the
  * mean and 95 % confidence interval of every metric) of a trace against
- * the simulated engine, into a run folder (replay/SCHEMA.md). */
+ * the simulated engine, into a run folder (replay/SCHEMA.md). Under mpirun
+ * or srun with several ranks, the seeds go to the ranks from rank 0's
+ * queue and their folders back to rank 0 (replay/pool.h), which writes
+ * the same folder as one process would. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +13,8 @@
 
 #include "replay/cli/cli.h"
 #include "replay/cli/points.h"
+#include "replay/dist.h"
+#include "replay/pool.h"
 #include "replay/results.h"
 #include "replay/run.h"
 #include "traces/base/err.h"
@@ -150,6 +155,69 @@ static void print_result(json_t *run, int repeats, const char *out)
     printf("results: %s/\n", out);
 }
 
+/* One seed of a distributed sim: the options, the environment and the
+ * base point. */
+struct sim_job {
+    const struct sim_opts *o;
+    struct run_env *env;
+    const struct run_point *p;
+};
+
+/* The folder of repeat k under root (the result folder); 0 or -1. */
+static int repeat_dir(const char *root, int k, char *out, size_t n, char *err)
+{
+    if (k == 0) {
+        snprintf(out, n, "%s", root);
+        return 0;
+    }
+    if (snprintf(out, n, "%s/repeat-%d", root, k) >= (int)n)
+        return err_set(err, "%s: path too long", root);
+    return results_prepare_dir(out, true, err);
+}
+
+/* Repeat k of the base point into root. */
+static int sim_job(void *arg, int k, const char *root, FILE *out)
+{
+    struct sim_job *j = arg;
+    struct run_point pk = *j->p;
+    char err[ERR_LEN] = "";
+    pk.rc.seed = j->p->rc.seed + (uint64_t)k;
+    int rc = repeat_dir(root, k, pk.dir, sizeof pk.dir, err) ? EXIT_FAIL : EXIT_OK;
+    j->env->chrome_trace = k == 0 ? j->o->chrome : NULL;
+    void *run = NULL;
+    if (rc == EXIT_OK)
+        rc = run_point_exec(j->env, &pk, &run, err);
+    if (rc != EXIT_OK)
+        fprintf(stderr, "agentreplay sim: %s\n", err);
+    json_decref(run);
+    return rc;
+}
+
+/* The repeats across the ranks (every rank), then each run.json read back
+ * at rank 0; returns the first failure's exit code, or EXIT_OK. */
+static int sim_ranks(const struct sim_opts *o, struct run_env *env, const struct run_point *p,
+                     json_t **runs, bool *end_job, char *err)
+{
+    if (dist_init(err))
+        return EXIT_FAIL;
+    run_signals_install(); /* after MPI_Init, whatever it set */
+    struct sim_job j = {o, env, p};
+    struct pool_ranks pr = {.n = o->repeats, .jobs = 1, .root = o->co.run.out, .fn = sim_job,
+                            .arg = &j};
+    int failed = pool_run_ranks(&pr);
+    *end_job = pr.end_job;
+    if (dist_rank() != 0)
+        return failed ? EXIT_FAIL : EXIT_OK;
+    for (int k = 0; k < o->repeats; k++) {
+        char dir[1024];
+        if (repeat_dir(o->co.run.out, k, dir, sizeof dir, err) == 0)
+            runs[k] = results_read_run(dir, err);
+    }
+    if (failed)
+        snprintf(err, ERR_LEN, "%d of %d repeats failed or did not run", failed, o->repeats);
+    return failed ? (pr.first_failure ? pr.first_failure : EXIT_FAIL) : EXIT_OK;
+}
+
 int replay_cmd_sim(int argc, char **argv)
 {
     char err[ERR_LEN] = "";
@@ -159,8 +227,7 @@ int replay_cmd_sim(int argc, char **argv)
         return rc;
     if (!o.co.run.out)
         return cli_bad("sim", "-o DIR is required");
-    if (results_prepare_dir(o.co.run.out, o.co.run.force, err))
-        return cli_bad("sim", err);
+    bool ranks = dist_env_size() > 1, lead = dist_env_rank() == 0;
     char *cmd = cli_command_line(argc, argv);
     struct run_trace tr;
     struct run_env env = {.trace = &tr, .command = cmd, .progress = isatty(2),
@@ -168,38 +235,45 @@ int replay_cmd_sim(int argc, char **argv)
     /* From here on a signal ends the run with partial results (an early one
      * at the first tick) instead of killing the process. */
     run_signals_install();
-    if (run_trace_load(&tr, o.co.run.trace, &o.co.run.tro, err)) {
+    if ((rc = run_trace_load(&tr, o.co.run.trace, &o.co.run.tro, err))) {
         free(cmd);
-        return cli_bad("sim", err);
+        fprintf(stderr, "agentreplay sim: %s\n", err);
+        return rc;
     }
     struct run_point p = o.co.base;
     if (!p.label[0])
         run_point_label(&p);
+    /* Inputs that can only fail are refused before the folder is made. */
+    if (run_point_check(&env, &p, err) ||
+        (lead && results_prepare_dir(o.co.run.out, o.co.run.force, err))) {
+        run_trace_free(&tr);
+        free(cmd);
+        return cli_bad("sim", err);
+    }
     int repeats = o.repeats;
     json_t **runs = xcalloc((size_t)repeats, sizeof *runs);
     uint64_t *seeds = xcalloc((size_t)repeats, sizeof *seeds);
+    for (int k = 0; k < repeats; k++)
+        seeds[k] = p.rc.seed + (uint64_t)k;
     rc = EXIT_OK;
-    for (int k = 0; k < repeats && rc == EXIT_OK; k++) {
+    for (int k = 0; k < repeats && rc == EXIT_OK && !ranks; k++) {
         struct run_point pk = p;
-        pk.rc.seed = p.rc.seed + (uint64_t)k;
-        seeds[k] = pk.rc.seed;
-        if (k == 0) {
-            snprintf(pk.dir, sizeof pk.dir, "%s", o.co.run.out);
-        } else {
-            snprintf(pk.dir, sizeof pk.dir, "%s/repeat-%d", o.co.run.out, k);
-            if (results_prepare_dir(pk.dir, true, err)) {
-                rc = EXIT_FAIL;
-                break;
-            }
+        pk.rc.seed = seeds[k];
+        if (repeat_dir(o.co.run.out, k, pk.dir, sizeof pk.dir, err)) {
+            rc = EXIT_FAIL;
+            break;
         }
         env.chrome_trace = k == 0 ? o.chrome : NULL;
         void *run;
         rc = run_point_exec(&env, &pk, &run, err);
         runs[k] = run;
     }
-    if (rc != EXIT_OK)
+    bool end_job = false;
+    if (ranks)
+        rc = sim_ranks(&o, &env, &p, (json_t **)runs, &end_job, err);
+    if (rc != EXIT_OK && (lead || !ranks))
         fprintf(stderr, "agentreplay sim: %s\n", err);
-    if (rc != EXIT_BADINPUT) {
+    if (rc != EXIT_BADINPUT && lead) {
         if (repeats > 1 && runs[0]) {
             int got = 0;
             while (got < repeats && runs[got])
@@ -219,5 +293,7 @@ int replay_cmd_sim(int argc, char **argv)
     free(seeds);
     run_trace_free(&tr);
     free(cmd);
+    if (end_job) /* ranks left behind: the job ends with this one */
+        dist_abort(rc ? rc : EXIT_FAIL);
     return rc;
 }

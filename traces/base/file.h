@@ -3,9 +3,18 @@
 #define BASE_FILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-/* Reads a whole file (NUL-terminated; *len excludes the NUL). */
+/* Reads a whole file (NUL-terminated; *len excludes the NUL) of at most
+ * LIMIT_FILE_BYTES (traces/base/limits.h). */
 char *file_read(const char *path, size_t *len, char *err);
+/* The same with its own limit of max bytes: a regular file larger than
+ * that (a sparse one too) is refused by its size before anything is read
+ * or allocated; a device or a pipe (/dev/zero) once max bytes came. A
+ * folder is refused. The message names the path, the size and the limit. */
+char *file_read_max(const char *path, int64_t max, size_t *len, char *err);
+/* A byte count for messages: "512 B", "4 MiB", "2.0 GiB". */
+void file_size_format(int64_t bytes, char *buf, size_t n);
 
 /* Finds a data file shipped with the program (presets, plot scripts, the
  * sample trace) by its path relative to the repository root: first beside
