@@ -13,7 +13,6 @@
 #include "replay/replay_internal.h"
 #include "replay/timerq.h"
 #include "traces/base/err.h"
-#include "traces/base/rng.h"
 #include "traces/plan.h"
 
 #define NO_TIME INT64_MIN
@@ -90,7 +89,6 @@ struct warm_req {
 struct lanes {
     struct replay *rp;
     const struct plan *p;
-    struct rng rng;             /* RNG_TRACE: t* */
     struct timerq q;            /* next-turn, warm-up and start timers */
     struct lane *lane;
     int n_lanes;

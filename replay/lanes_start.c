@@ -211,12 +211,8 @@ void lanes_start(struct lanes *ls)
         uint32_t t = cursor_next(ls);
         if (t == PLAN_NONE)
             break;
-        /* t* uniform over the ratio range of the tree's recorded span, in
-         * AIPerf's ms; exactly there for a single point (our own random
-         * stream: AIPerf's numpy draw is not reproduced). */
-        double lo = c->start_min_ratio, hi = c->start_max_ratio;
-        double ratio = hi > lo ? lo + rng_uniform(&ls->rng) * (hi - lo) : lo;
-        double t_star = plan_t_star_ms(ls->p, t, ratio);
+        double t_star = plan_t_star_draw(ls->p, t, c->start_min_ratio, c->start_max_ratio,
+                                         c->seed, lane);
         if (lane_snapshot(&ls->lane[lane], t, t_star, lane % ranks == rank, &max_lead, &wr, &n_wr,
                           &cap_wr))
             lane++;
@@ -264,7 +260,6 @@ struct lanes *lanes_create(struct replay *rp, const struct plan *p, char *err)
     ls->p = p;
     ls->idle_start = NO_TIME;
     ls->inst_step = 1;
-    rng_init(&ls->rng, rp->cfg.seed, RNG_TRACE);
     timerq_init(&ls->q, rp->loop, lanes_after_timers, ls);
     ls->n_lanes = rp->cfg.concurrency;
     ls->lane = xcalloc((size_t)ls->n_lanes, sizeof *ls->lane);

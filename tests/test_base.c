@@ -1,5 +1,5 @@
 /* test_base.c: the ground floor's containers and helpers: list, hmap,
- * stats, csv and file_mkdir_p (traces/base/). */
+ * stats, csv, file_mkdir_p, sha256 and npgen (traces/base/). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +15,9 @@
 #include "traces/base/file.h"
 #include "traces/base/hmap.h"
 #include "traces/base/list.h"
+#include "traces/base/npgen.h"
 #include "traces/base/rng.h"
+#include "traces/base/sha256.h"
 #include "traces/base/stats.h"
 
 struct item {
@@ -158,8 +160,57 @@ static void test_mkdir(void)
     CHECK(system(p) == 0, "cleanup");
 }
 
+/* SHA-256 against FIPS 180-4's "abc" and Python's hashlib (one block, a
+ * tail that spills into a second block, several blocks), and NumPy's
+ * default_rng against numpy 2 in AIPerf 0.13.0's venv:
+ *   python -c "import numpy as np; g = np.random.default_rng(S);
+ *              print([repr(float(g.random())) for _ in range(3)])"
+ *   python -c "import hashlib; print(hashlib.sha256(B).hexdigest())" */
+static void test_npgen(void)
+{
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *hex;
+    } sh[] = {
+        {"abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"1:trace_0001:0", 14, "381edcb2e0ee3973867a9221c463836a42f90e97cf2b4c34458e7baa716d4fba"},
+        {NULL, 56, "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a"},
+        {NULL, 200, "c2a908d98f5df987ade41b5fce213067efbcc21ef2240212a41e54b5e7c28ae5"},
+    };
+    char a[200];
+    memset(a, 'a', sizeof a);
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+        uint8_t d[32];
+        char hex[65];
+        sha256(sh[i].in ? sh[i].in : a, sh[i].n, d);
+        for (int k = 0; k < 32; k++)
+            snprintf(hex + 2 * k, 3, "%02x", d[k]);
+        CHECKF(!strcmp(hex, sh[i].hex), "sha256 of %zu bytes (%s)", sh[i].n, hex);
+    }
+    static const struct {
+        uint64_t seed;
+        double v[3];
+    } np[] = {
+        {0, {0.6369616873214543, 0.2697867137638703, 0.04097352393619469}},
+        {42, {0.7739560485559633, 0.4388784397520523, 0.8585979199113825}},
+        {4294967296ull, {0.8897387912781343, 0.5571380502062263, 0.8009080868919721}},
+        {18446744073709551615ull, {0.6800266789616931, 0.8453117585624743, 0.007403081599260064}},
+    };
+    for (size_t i = 0; i < sizeof np / sizeof np[0]; i++) {
+        struct npgen g;
+        npgen_init(&g, np[i].seed);
+        int same = 0;
+        for (int k = 0; k < 3; k++)
+            same += npgen_double(&g) == np[i].v[k];
+        CHECKF(same == 3, "default_rng(%llu): NumPy's first three doubles (%d of 3)",
+               (unsigned long long)np[i].seed, same);
+    }
+}
+
 int main(void)
 {
+    test_npgen();
     test_list();
     test_hmap();
     test_stats();

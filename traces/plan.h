@@ -255,12 +255,19 @@ int plan_snapshot_ms(const struct plan *p, uint32_t tree, double t_star_ms,
 /* t* at ratio (0 .. 1) of the tree's range, as AIPerf computes it:
  * t_lo + ratio * (t_hi - t_lo), in ms (trajectory_source.py:602-621). */
 double plan_t_star_ms(const struct plan *p, uint32_t tree, double ratio);
+/* Lane `lane`'s t* in a tree, uniform over the ratio range [lo, hi] of its
+ * span (ms), drawn as AIPerf draws it, so that both start the same lanes at
+ * the same points: np.random.default_rng(s).uniform(t_lo, t_hi) with s the
+ * first 8 bytes (big-endian) of SHA-256("<seed>:<trace id>:<lane>")
+ * (timing/trajectory_source.py _seed_for_trace_lane,
+ * _build_timestamped_trajectory; traces/base/npgen.h). A single point is
+ * exact: no draw. */
+double plan_t_star_draw(const struct plan *p, uint32_t tree, double lo, double hi, uint64_t seed,
+                        int lane);
 
 /* The plan in the canonical JSON form (one line, keys sorted); with
  * lanes > 0 also the initial lanes for that concurrency at the given t*
- * ratio range and seed. t* is drawn from this program's own random
- * stream, so lanes equal AIPerf's (numpy PCG64) only when the range is a
- * single point (ratio_lo == ratio_hi). 0, or -1 with err (write errors
+ * ratio range and seed (plan_t_star_draw). 0, or -1 with err (write errors
  * included). */
 struct plan_json_opts {
     int lanes;              /* 0: no "lanes" block */

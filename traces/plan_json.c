@@ -8,9 +8,7 @@
  */
 #include "traces/plan_internal.h"
 #include "traces/base/err.h"
-#include "traces/base/hash.h"
 #include "traces/base/mem.h"
-#include "traces/base/rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,16 +403,7 @@ static void put_lanes(FILE *f, const struct plan *p, const struct plan_json_opts
         const struct plan_tree *tr = &p->trees[ti];
         if (!tr->n_turns)
             continue;
-        double t_star = plan_t_star_ms(p, ti, o->ratio_lo);
-        double hi = plan_t_star_ms(p, ti, o->ratio_hi);
-        if (hi > t_star) {
-            /* Our own draw (AIPerf draws with numpy's PCG64): one stream
-             * per (seed, trace, lane). */
-            struct rng r;
-            rng_init(&r, o->seed ^ hash64(tr->trace_id, strlen(tr->trace_id), (uint64_t)lanes),
-                     RNG_TRACE);
-            t_star += rng_uniform(&r) * (hi - t_star);
-        }
+        double t_star = plan_t_star_draw(p, ti, o->ratio_lo, o->ratio_hi, o->seed, lanes);
         int n = plan_snapshot_ms(p, ti, t_star, st, (int)cap, NULL);
         if (n <= 0)
             continue;

@@ -7,7 +7,10 @@
 #include "traces/plan_internal.h"
 #include "traces/base/err.h"
 #include "traces/base/mem.h"
+#include "traces/base/npgen.h"
+#include "traces/base/sha256.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +18,27 @@ double plan_t_star_ms(const struct plan *p, uint32_t tree, double ratio)
 {
     const struct plan_tree *tr = &p->trees[tree];
     return tr->t_lo_ms + ratio * (tr->t_hi_ms - tr->t_lo_ms);
+}
+
+double plan_t_star_draw(const struct plan *p, uint32_t tree, double lo, double hi, uint64_t seed,
+                        int lane)
+{
+    double a = plan_t_star_ms(p, tree, lo), b = plan_t_star_ms(p, tree, hi);
+    if (!(b > a))
+        return a;
+    const char *id = p->trees[tree].trace_id;
+    size_t cap = strlen(id) + 48;
+    char *key = xmalloc(cap);
+    int n = snprintf(key, cap, "%llu:%s:%d", (unsigned long long)seed, id, lane);
+    uint8_t d[32];
+    sha256(key, (size_t)n, d);
+    free(key);
+    uint64_t s = 0;
+    for (int i = 0; i < 8; i++)
+        s = s << 8 | d[i];
+    struct npgen g;
+    npgen_init(&g, s);
+    return npgen_uniform(&g, a, b);
 }
 
 /* First turn of stream s recorded at or after t* (stream order), or

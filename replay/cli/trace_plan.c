@@ -62,8 +62,8 @@ static const struct flag plan_cli_flags[] = {
      .max = 1000000},
     {"--seed", 0, FLAG_U64, FLAG_AT(O, seed), "S", "the lanes' seed", .def = NULL},
     {"--ratio", 0, FLAG_CUSTOM, FLAG_AT(O, ratio), "LO,HI",
-     "the lanes' t* range as fractions of each trace's span; a single point\n"
-     "(LO = HI) gives AIPerf's t* exactly, a range draws from our own stream",
+     "the lanes' t* range as fractions of each trace's span (drawn as\n"
+     "AIPerf draws it; LO = HI: that point)",
      .def = "0,1", .parse = parse_ratio, .example = "0.5,0.5"},
     {"--corpus-tokens", 0, FLAG_INT64, FLAG_AT(O, corpus), "N",
      "cut synthetic prompt tails to N tokens, as AIPerf's prompt corpus does", .def = "no cut",

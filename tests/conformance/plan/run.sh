@@ -9,8 +9,9 @@
 # AIPERF_VENV (default build/aiperf): the venv; made on first use with
 # `python3 -m venv` and `pip install aiperf==0.13.0`. A synth:N:S operand is
 # `BIN trace synth --sessions N --seed S` written as Weka files
-# (native_to_weka.py). Each folder is compared twice, with the lanes of a
-# single-point t* ratio (where t* is exact): 24 lanes at 0.5, 7 at 0.9.
+# (native_to_weka.py). Each folder is compared three times, with the
+# initial lanes of 24 at the t* ratio 0.5, 7 at 0.9, and 8 over the range
+# 0 to 1 (AIPerf's default, t* drawn as AIPerf draws it).
 # Exit status 0 when every file is byte-identical.
 set -u
 BIN=$(readlink -f "$1")
@@ -48,20 +49,20 @@ for dir in "$@"; do
     corpus=$(timeout -s KILL 600 "$PY" "$HERE/aiperf_plan.py" "$dir" --seed 1 \
         --tokenizer-dir "$OUT/tokenizer" --corpus-size 2>"$OUT/$name.corpus.err") ||
         { echo "$name: AIPerf refused the folder (see $OUT/$name.corpus.err)"; fail=1; continue; }
-    for run in "24 0.5" "7 0.9"; do
+    for run in "24 0.5 0.5" "7 0.9 0.9" "8 0 1"; do
         set -- $run
         a=$OUT/$name.c$1.aiperf.json
         b=$OUT/$name.c$1.ours.json
         timeout -s KILL 1800 "$PY" "$HERE/aiperf_plan.py" "$dir" --seed 1 --concurrency "$1" \
-            --ratio "$2" "$2" --tokenizer-dir "$OUT/tokenizer" -o "$a" 2>"$a.err" ||
+            --ratio "$2" "$3" --tokenizer-dir "$OUT/tokenizer" -o "$a" 2>"$a.err" ||
             { echo "$name: aiperf_plan.py failed (see $a.err)"; fail=1; continue; }
         timeout -s KILL 600 "$BIN" trace plan "$dir" --json --seed 1 --concurrency "$1" \
-            --ratio "$2,$2" --corpus-tokens "$corpus" >"$b" 2>"$b.err" ||
+            --ratio "$2,$3" --corpus-tokens "$corpus" >"$b" 2>"$b.err" ||
             { echo "$name: trace plan failed (see $b.err)"; fail=1; continue; }
         if [ "$1" = 24 ]; then
             python3 "$HERE/first_diff.py" "$a" "$b" || fail=1
         elif cmp -s "$a" "$b"; then
-            echo "(lanes: $1 at $2) identical"
+            echo "(lanes: $1 at $2..$3) identical"
         else
             python3 "$HERE/first_diff.py" "$a" "$b" | grep -v ': identical$'
             fail=1

@@ -176,9 +176,6 @@ def main():
     ap.add_argument("--tol", type=float, default=0.05)
     ap.add_argument("--offset-ms", type=float, default=100.0)
     ap.add_argument("--json")
-    ap.add_argument("--range", action="store_true",
-                    help="t* drawn over a range: each tool draws its own initial lanes, so only the "
-                         "tokens and the figures are checked")
     a = ap.parse_args()
     ax = read_aiperf(os.path.join(a.dir, "aiperf"))
     ld, ld_run = read_ours(os.path.join(a.dir, "load"))
@@ -206,7 +203,7 @@ def main():
     # Requests.
     wa = sorted((r["stream"], r["turn"]) for r in ax if r["phase"] == "warmup")
     wb = sorted((r["stream"], r["turn"]) for r in ld if r["phase"] == "warmup")
-    check("warmup_requests", wa == wb, info=a.range, what= f"warm-up: AIPerf {len(wa)}, load {len(wb)} requests"
+    check("warmup_requests", wa == wb, what= f"warm-up: AIPerf {len(wa)}, load {len(wb)} requests"
           + ("" if wa == wb else f" (AIPerf {wa[:6]}..., load {wb[:6]}...)"))
     sa, sb = sequences(ax), sequences(ld)
     diverge = []
@@ -216,7 +213,7 @@ def main():
         if x[:n] != y[:n]:
             diverge.append(s)
     na, nb = sum(len(v) for v in sa.values()), sum(len(v) for v in sb.values())
-    check("request_order", not diverge and rel(nb, na) <= 0.02, info=a.range,
+    check("request_order", not diverge and rel(nb, na) <= 0.02, 
           what=f"measured requests: AIPerf {na}, load {nb}; streams in a different order: {diverge[:5]}")
     # Dispatch offsets.
     d, dabs = paired_offsets(ax, ld)
@@ -224,7 +221,7 @@ def main():
     med_abs = statistics.median(dabs) if dabs else float("inf")
     res["offsets"] = {"paired": len(d), "median_ms": med, "p90_ms": pct(d, 0.9),
                       "from_warmup_end_median_ms": med_abs}
-    check("dispatch_offset", med <= a.offset_ms, info=a.range,
+    check("dispatch_offset", med <= a.offset_ms, 
           what=f"median |dispatch offset difference| {med:.1f} ms over {len(d)} paired requests "
           f"(from the end of the warm-up: {med_abs:.0f} ms)")
     # How late each client sent after deciding to (its own lag: a stalled
@@ -256,7 +253,7 @@ def main():
         ha = th.get("avg", float("nan")) / 100.0
         hl = ld_run["metrics"].get("prefix_hit_rate_theoretical_measured", float("nan"))
         res["hit_theoretical"] = {"aiperf": ha, "load": hl}
-        check("hit_theoretical", abs(ha - hl) <= 0.01, info=a.range,
+        check("hit_theoretical", abs(ha - hl) <= 0.01, 
               what=f"theoretical hit over the measured requests: AIPerf {ha:.4f}, load {hl:.4f}")
     res["ok"] = not fails
     if a.json:

@@ -7,8 +7,8 @@
 #   run.sh TRACES OUT
 # Environment: BIN (./agentreplay), AIPERF_VENV (build/aiperf: made on
 # first use with pip install aiperf==0.13.0), CONCS ("1 8"), DURATION (s,
-# 120), RATIO (the t* ratio: a single point, 0.5, where t* is exact in
-# both tools; or LO:HI, a range, where each draws its own), SEED (1), GPUS
+# 120), RATIO (the t* ratio: a single point, 0.5, or LO:HI, a range; both
+# tools draw the same t*), SEED (1), GPUS
 # (16, the server's default deployment), OUT_TAG (the folders' suffix),
 # BODIES_AT (1: the concurrency whose AIPerf payloads are exported whole
 # and checked against the bodies agentreplay sends, bodies.py).
@@ -31,8 +31,8 @@ CONCS=${CONCS:-"1 8"}
 DURATION=${DURATION:-120}
 RATIO=${RATIO:-0.5}
 case $RATIO in
-*:*) RLO=${RATIO%%:*} RHI=${RATIO#*:} RANGE=--range ;;
-*) RLO=$RATIO RHI=$RATIO RANGE= ;;
+*:*) RLO=${RATIO%%:*} RHI=${RATIO#*:} ;;
+*) RLO=$RATIO RHI=$RATIO ;;
 esac
 TAG=${OUT_TAG:-}
 BODIES_AT=${BODIES_AT:-1}
@@ -95,7 +95,7 @@ for C in $CONCS; do
         --duration "$DURATION" --start-min-ratio "$RLO" --start-max-ratio "$RHI" \
         --seed "$SEED" -o "$D/sim" --quiet >"$D/sim.log" 2>&1
     echo "sim exit $?" >>"$D/sim.log"
-    python3 "$HERE/compare.py" "$D" --gpus "$GPUS" $RANGE --json "$D/compare.json" || status=1
+    python3 "$HERE/compare.py" "$D" --gpus "$GPUS" --json "$D/compare.json" || status=1
     if [ "$LEVEL" = raw ]; then
         timeout -s KILL 600 python3 "$HERE/bodies.py" "$BIN" "$TRACES" \
             "$D/aiperf/profile_export_raw.jsonl" "$D/bodies" >"$D/bodies.txt" 2>&1 || status=1
