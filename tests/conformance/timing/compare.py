@@ -213,7 +213,7 @@ def main():
         if x[:n] != y[:n]:
             diverge.append(s)
     na, nb = sum(len(v) for v in sa.values()), sum(len(v) for v in sb.values())
-    check("request_order", not diverge and rel(nb, na) <= 0.02, 
+    check("request_order", not diverge and rel(nb, na) <= 0.02,
           what=f"measured requests: AIPerf {na}, load {nb}; streams in a different order: {diverge[:5]}")
     # Dispatch offsets.
     d, dabs = paired_offsets(ax, ld)
@@ -221,7 +221,7 @@ def main():
     med_abs = statistics.median(dabs) if dabs else float("inf")
     res["offsets"] = {"paired": len(d), "median_ms": med, "p90_ms": pct(d, 0.9),
                       "from_warmup_end_median_ms": med_abs}
-    check("dispatch_offset", med <= a.offset_ms, 
+    check("dispatch_offset", med <= a.offset_ms,
           what=f"median |dispatch offset difference| {med:.1f} ms over {len(d)} paired requests "
           f"(from the end of the warm-up: {med_abs:.0f} ms)")
     # How late each client sent after deciding to (its own lag: a stalled
