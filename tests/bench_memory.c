@@ -162,7 +162,8 @@ int main(void)
             q->dur = dur[i];
             char *argv[] = {(char *)bin, "sim", "--trace", (char *)traces[k], "--concurrency",
                             (char *)q->conc, "--duration", (char *)q->dur, "--grace", "60",
-                            "--min-duration", "1", "-o", out, "--force", "--quiet", NULL};
+                            "--min-duration", "1", "--rules", "legacy", "-o", out, "--force",
+                            "--quiet", NULL};
             q->rss = peak_rss(argv, &q->secs, &q->last);
             char rp[300];
             snprintf(rp, sizeof rp, "%s/requests.jsonl", out);

@@ -351,7 +351,7 @@ int main(void)
             if (system(cmd))
                 continue;
             char *args[] = {"sweep", "--concurrency", (char *)conc, "--duration", (char *)dur,
-                            "-j", "1", "--quiet", "-o", "out", NULL};
+                            "--rules", "legacy", "-j", "1", "--quiet", "-o", "out", NULL};
             char *argv[40], log[320];
             mpirun_argv(argv, NULL, x + 1, args);
             snprintf(log, sizeof log, "%s.log", d[x]);

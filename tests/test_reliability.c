@@ -252,7 +252,7 @@ static pid_t start_server(const char *listen, const char *portfile, const char *
 {
     unlink(portfile);
     char *argv[] = {(char *)test_bin(), "serve", "--fake", "--fake-ttft-ms", "20",
-                    "--fake-tpot-ms", "4", "--listen", (char *)listen, "--port-file",
+                    "--fake-tpot-ms", "1", "--listen", (char *)listen, "--port-file",
                     (char *)portfile, "--fault-error-rate", "0.03",
                     "--fault-disconnect-rate", "0.03", "--fault-stall-ms", "300",
                     "--fault-stall-rate", "0.05", "--fault-seed", (char *)seed, NULL};
@@ -298,7 +298,7 @@ static void test_soak(double secs)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     char *largv[] = {(char *)test_bin(), "load", "--url", url, "--model", "fake", "--trace",
                      "traces/samples/agentic-synth.jsonl", "-o", out, "--force", "--quiet",
-                     "--duration", dur, "--concurrency", "8", "--idle-cap", "0.2", "--think-cap", "0.2", "--grace",
+                     "--duration", dur, "--concurrency", "24", "--idle-cap", "0.2", "--think-cap", "0.2", "--grace",
                      "20", "--read-timeout", "30", "--connect-timeout", "2", "--min-duration",
                      "1", NULL};
     double t0 = mono_s();
