@@ -84,6 +84,12 @@ struct loop *loop_scaled_create(struct loop *inner, double scale);
  * reads one time throughout, as it would on the virtual clock. Returns
  * whether it froze (nested calls leave it as it is); pass that to thaw. */
 int loop_scaled_freeze(struct loop *l);
+/* The same, frozen at an earlier time: inner_ns (a time of the inner
+ * loop, when something arrived) in the scaled clock, unless the clock has
+ * already handed out a later time (a timer fired, a freeze), then at that
+ * one. So a request submitted after its server's own parsing enters the
+ * engine when it arrived, and time still never goes backwards. */
+int loop_scaled_freeze_at(struct loop *l, int64_t inner_ns);
 void loop_scaled_thaw(struct loop *l, int froze);
 
 static inline int64_t loop_now(struct loop *l) { return l->ops->now(l); }

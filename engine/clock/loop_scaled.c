@@ -21,6 +21,7 @@ struct sloop {
     struct loop_timer wake;
     int firing;
     int64_t fire_at;
+    int64_t given;   /* the latest time handed out frozen (fired or frozen) */
 };
 
 static int64_t s_real(struct sloop *s) { return (int64_t)((double)loop_now(s->inner) * s->scale); }
@@ -51,7 +52,23 @@ int loop_scaled_freeze(struct loop *l)
     struct sloop *s = (struct sloop *)l;
     if (s->firing)
         return 0;
-    s->fire_at = s_now(l);
+    s->fire_at = s->given = s_now(l);
+    s->firing = 1;
+    return 1;
+}
+
+int loop_scaled_freeze_at(struct loop *l, int64_t inner_ns)
+{
+    ASSERT(l->ops == &sloop_ops);
+    struct sloop *s = (struct sloop *)l;
+    if (s->firing)
+        return 0;
+    int64_t now = s_now(l), t = (int64_t)((double)inner_ns * s->scale);
+    if (t > now)
+        t = now;
+    if (t < s->given)
+        t = s->given;
+    s->fire_at = s->given = t;
     s->firing = 1;
     return 1;
 }
@@ -86,7 +103,7 @@ static void s_fire(struct loop *il, struct loop_timer *t)
         struct loop_timer *x = loop_heap_pop(&l->heap);
         l->fired++;
         s->firing = 1;
-        s->fire_at = x->at_ns;
+        s->fire_at = s->given = x->at_ns;
         x->cb(l, x);
         s->firing = 0;
     }

@@ -338,6 +338,7 @@ static void dispatch(struct httpd_conn *c)
         .media_type = media,
         .head = c->head,
         .keep_alive = c->keep_alive,
+        .start_ns = c->req_start_ns,
     };
     s->handler(c, &r, s->arg);
 }

@@ -86,6 +86,8 @@ struct httpd_request {
     bool head;                 /* a HEAD request: the answer's body is
                                   dropped by the server */
     int keep_alive;            /* the connection stays open afterwards */
+    int64_t start_ns;          /* when its first byte was parsed (the
+                                  server's loop; 0 in memory) */
 };
 
 typedef void (*httpd_handler)(struct httpd_conn *c, const struct httpd_request *r,

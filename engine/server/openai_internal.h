@@ -102,6 +102,7 @@ struct openai_request {
     int64_t asked_max_tokens; /* what the request asked (0: none) */
     int64_t emitted;          /* over every choice */
     int64_t disconnect_at;    /* tokens after which to cut, -1: never */
+    int64_t received_ns;      /* its first byte, on the server's loop */
     int submitted, cancel_pending, failed;
     int in_cancel, finished;  /* cancel_all running; the last done came in it */
     enum target_status fail_st; /* the first choice that failed */
