@@ -142,7 +142,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     int rc2 = parse(spec, argc, argv, &opts2, ops2, &n_ops2, err2);
     ASSERT(rc2 == rc && !strcmp(err, err2));
-    ASSERT(rc != 0 || (n_ops2 == n_ops && !memcmp(opts, opts2, spec->size)));
+    if (rc == 0 && (n_ops2 != n_ops || memcmp(opts, opts2, spec->size))) {
+        size_t at = 0;
+        while (at < spec->size && ((char *)opts)[at] == ((char *)opts2)[at])
+            at++;
+        fprintf(stderr, "fuzz_flags: %s: a second parse differs (operands %d/%d, byte %zu of %zu)\n",
+                cmd->name, n_ops, n_ops2, at, spec->size);
+        ASSERT(!"parsing is deterministic");
+    }
     free(opts);
     free(opts2);
     free(ops);

@@ -664,25 +664,31 @@ static void test_flag_fuzz_seeds(void)
         free(b);
         n++;
     }
-    DIR *d = opendir("tests/fuzz/seeds/fuzz_flags");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char p[600];
-        snprintf(p, sizeof p, "tests/fuzz/seeds/fuzz_flags/%s", e->d_name);
-        FILE *f = fopen(p, "rb");
-        if (!f)
-            continue;
-        uint8_t buf[4096];
-        size_t k = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        fuzz_one_flags(buf, k);
-        n++;
+    /* Its seeds, and the inputs it once failed on. */
+    static const char *const dirs[] = {"tests/fuzz/seeds/fuzz_flags",
+                                       "tests/fuzz/regressions/fuzz_flags"};
+    for (size_t di = 0; di < ARRAY_LEN(dirs); di++) {
+        DIR *d = opendir(dirs[di]);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (e->d_name[0] == '.')
+                continue;
+            char p[600];
+            snprintf(p, sizeof p, "%s/%s", dirs[di], e->d_name);
+            FILE *f = fopen(p, "rb");
+            if (!f)
+                continue;
+            uint8_t buf[4096];
+            size_t k = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            fuzz_one_flags(buf, k);
+            n++;
+        }
+        if (d)
+            closedir(d);
     }
-    if (d)
-        closedir(d);
-    CHECKF(n > 20, "the flag parser's harness over %d seeds and edge cases (it asserts)", n);
+    CHECKF(n > 20, "the flag parser's harness over %d seeds, regressions and edge cases (it "
+                   "asserts)", n);
 }
 
 int main(void)

@@ -45,7 +45,7 @@ int points_parse(const char *cmd, const struct flag_spec *spec, void *opts, stru
 static int parse_layouts(const char *name, const char *v, void *group, char *err)
 {
     struct grid *g = group;
-    int n = 0, tp[GRID_LAYOUTS], rep[GRID_LAYOUTS];
+    int n = 0, tp[GRID_LAYOUTS] = {0}, rep[GRID_LAYOUTS] = {0};
     char buf[512];
     if (strlen(v) >= sizeof buf)
         return err_set(err, "%s: a value longer than %zu characters", name, sizeof buf - 1);
