@@ -184,6 +184,15 @@ void openai_handle_tokenize(struct openai_server *s, struct httpd_conn *c,
 void openai_handle_detokenize(struct openai_server *s, struct httpd_conn *c,
                               const struct httpd_request *r);
 
+/* ---- a growable byte buffer (openai_req.c) ---- */
+
+/* Bytes kept NUL-terminated; {0} is empty; the caller frees p. */
+struct openai_buf {
+    char *p;
+    size_t len, cap;
+};
+void openai_buf_put(struct openai_buf *b, const char *s, size_t n);
+
 /* ---- metrics (openai_metrics.c) ---- */
 
 void openai_metrics_init(struct openai_server *s);

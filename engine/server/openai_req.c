@@ -523,27 +523,27 @@ static void set_bad(struct openai_bad *bad, const char *param, const char *fmt, 
 
 /* ---- prompts ---- */
 
-struct textbuf {
-    char *p;
-    size_t len, cap;
-};
-
-/* Appends s with a space before it when the buffer is not empty (how the
- * server joins message contents). */
-static void text_add(struct textbuf *b, const char *s, size_t n)
+void openai_buf_put(struct openai_buf *b, const char *s, size_t n)
 {
-    if (b->len + n + 2 > b->cap) {
-        b->cap = (b->len + n + 2) * 2;
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
         b->p = xrealloc(b->p, b->cap);
     }
-    if (b->len)
-        b->p[b->len++] = ' ';
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = 0;
 }
 
-static void chat_text(json_t *msgs, struct textbuf *b)
+/* Appends s with a space before it when the buffer is not empty (how the
+ * server joins message contents). */
+static void text_add(struct openai_buf *b, const char *s, size_t n)
+{
+    if (b->len)
+        openai_buf_put(b, " ", 1);
+    openai_buf_put(b, s, n);
+}
+
+static void chat_text(json_t *msgs, struct openai_buf *b)
 {
     size_t i;
     json_t *m;
@@ -567,7 +567,7 @@ static void chat_text(json_t *msgs, struct textbuf *b)
 
 char *openai_req_text(json_t *req, int chat, size_t *len, struct openai_bad *bad)
 {
-    struct textbuf b = {0};
+    struct openai_buf b = {0};
     if (chat) {
         chat_text(json_object_get(req, "messages"), &b);
     } else {
@@ -633,7 +633,7 @@ int openai_req_prompts(json_t *req, int chat, struct openai_prompt **out, int *n
     *out = NULL;
     *n_out = 0;
     if (chat) {
-        struct textbuf b = {0};
+        struct openai_buf b = {0};
         json_t *msgs = json_object_get(req, "messages");
         if (!json_array_size(msgs)) {
             set_bad(bad, "messages", "%s", "messages: at least one message is required");

@@ -79,41 +79,26 @@ static int word_id(const char *w, size_t n)
 
 static int is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
-struct out {
-    char *p;
-    size_t len, cap;
-};
-
-static void put(struct out *o, const char *s, size_t n)
-{
-    if (o->len + n + 1 > o->cap) {
-        o->cap = (o->len + n + 1) * 2;
-        o->p = xrealloc(o->p, o->cap);
-    }
-    memcpy(o->p + o->len, s, n);
-    o->len += n;
-}
-
 /* A JSON string of n bytes (words contain no control characters that
  * matter to the server, but any byte may come from a client). */
-static void put_json_str(struct out *o, const char *s, size_t n)
+static void put_json_str(struct openai_buf *o, const char *s, size_t n)
 {
-    put(o, "\"", 1);
+    openai_buf_put(o, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         char e[8];
         if (ch == '"' || ch == '\\') {
             e[0] = '\\';
             e[1] = (char)ch;
-            put(o, e, 2);
+            openai_buf_put(o, e, 2);
         } else if (ch < 0x20) {
             int k = snprintf(e, sizeof e, "\\u%04x", ch);
-            put(o, e, (size_t)k);
+            openai_buf_put(o, e, (size_t)k);
         } else {
-            put(o, (const char *)&s[i], 1);
+            openai_buf_put(o, (const char *)&s[i], 1);
         }
     }
-    put(o, "\"", 1);
+    openai_buf_put(o, "\"", 1);
 }
 
 void openai_handle_tokenize(struct openai_server *s, struct httpd_conn *c,
@@ -135,15 +120,15 @@ void openai_handle_tokenize(struct openai_server *s, struct httpd_conn *c,
     tab_init();
     uint32_t nb;
     int64_t count = prompt_blocks_text(text, len, 0, NULL, 0, &nb);
-    struct out o = {0};
+    struct openai_buf o = {0};
     char num[64];
     int k = snprintf(num, sizeof num, "{\"count\":%lld,\"max_model_len\":%lld,\"tokens\":[",
                      (long long)count, (long long)s->max_model_len);
-    put(&o, num, (size_t)k);
+    openai_buf_put(&o, num, (size_t)k);
     /* Ids, then (when asked) the words as they came. */
     for (int pass = 0; pass < 1 + strs; pass++) {
         if (pass)
-            put(&o, "],\"token_strs\":[", 16);
+            openai_buf_put(&o, "],\"token_strs\":[", 16);
         int64_t seen = 0;
         size_t i = 0;
         while (i < len) {
@@ -155,17 +140,17 @@ void openai_handle_tokenize(struct openai_server *s, struct httpd_conn *c,
             if (i == b)
                 break;
             if (seen++)
-                put(&o, ",", 1);
+                openai_buf_put(&o, ",", 1);
             if (pass) {
                 put_json_str(&o, text + b, i - b);
             } else {
                 k = snprintf(num, sizeof num, "%d", word_id(text + b, i - b));
-                put(&o, num, (size_t)k);
+                openai_buf_put(&o, num, (size_t)k);
             }
         }
         ASSERT(seen == count);
     }
-    put(&o, strs ? "]}" : "],\"token_strs\":null}", strs ? 2 : 20);
+    openai_buf_put(&o, strs ? "]}" : "],\"token_strs\":null}", strs ? 2 : 20);
     httpd_respond(c, 200, "application/json", o.p, o.len);
     free(o.p);
     free(text);
@@ -178,18 +163,18 @@ void openai_handle_detokenize(struct openai_server *s, struct httpd_conn *c,
     if (!req)
         return;
     json_t *ids = json_object_get(req, "tokens");
-    struct out o = {0};
-    put(&o, "{\"prompt\":\"", 11);
+    struct openai_buf o = {0};
+    openai_buf_put(&o, "{\"prompt\":\"", 11);
     for (size_t i = 0; i < json_array_size(ids); i++) {
         int64_t id = TOK_UNK;
         openai_req_intval(json_array_get(ids, i), &id); /* checked: an integer >= 0 */
         size_t wl;
         const char *w = word_of(id < 0 || id >= TOK_VOCAB ? TOK_UNK : (int)id, &wl);
         if (i)
-            put(&o, " ", 1);
-        put(&o, w, wl);
+            openai_buf_put(&o, " ", 1);
+        openai_buf_put(&o, w, wl);
     }
-    put(&o, "\"}", 2);
+    openai_buf_put(&o, "\"}", 2);
     json_decref(req);
     httpd_respond(c, 200, "application/json", o.p, o.len);
     free(o.p);
