@@ -59,7 +59,7 @@ static struct replay_call *next_call(struct arrivals *a, int64_t intended_ns)
     struct replay *rp = a->rp;
     uint32_t ci = a->order[a->cursor];
     const struct trace_call *c = &rp->tr->calls[ci];
-    struct replay_call *call = replay_call_new(rp, c, c->index, cache_key(rp, c), intended_ns);
+    struct replay_call *call = replay_call_new(rp, c, c->index, cache_key(rp, c), intended_ns, NULL);
     const char *name = trace_str(rp->tr, rp->tr->sessions[c->session].name);
     if (name)
         snprintf(call->session_name, sizeof call->session_name, "%s@%lld", name, (long long)a->cycle);

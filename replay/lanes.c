@@ -177,7 +177,10 @@ void lanes_send_turn(struct sstream *s, uint32_t k, bool warm)
     const struct plan_turn *pt = pturn(s, k);
     uint32_t ti = ps->first_turn + k;
     const struct trace_call *c = &p->tr->calls[pt->call];
-    struct replay_call *call = replay_call_new(rp, c, k, in->key, loop_now(rp->loop));
+    /* Block ids are unique within their trace only: salted with its scope,
+     * so that traces sharing an id do not share text or cache. */
+    uint64_t salt = hash_mix(0x5c09e1dull, (uint64_t)p->tr->sessions[c->session].scope + 1);
+    struct replay_call *call = replay_call_new(rp, c, k, in->key, loop_now(rp->loop), &salt);
     call->on_end = on_call_end;
     call->owner = s;
     call->lane_idx = in->lane->idx;
@@ -190,11 +193,6 @@ void lanes_send_turn(struct sstream *s, uint32_t k, bool warm)
     /* The marker is one more token (cache_bust.py, worker.py). */
     call->tc.prompt_tokens = c->prompt_tokens + (in->marker ? 1 : 0);
     call->tc.max_tokens = warm ? 1 : pt->max_tokens;
-    /* Block ids are unique within their trace only: salted with its scope,
-     * so that traces sharing an id do not share text or cache. */
-    uint64_t salt = hash_mix(0x5c09e1dull, (uint64_t)p->tr->sessions[c->session].scope + 1);
-    for (uint32_t i = 0; i < c->n_blocks; i++)
-        call->blocks[i] = hash_mix(call->blocks[i], salt);
     if (in->marker) {
         call->tc.shared_key = in->shared_key;
         call->tc.shared_blocks = in->pt->shared_blocks;

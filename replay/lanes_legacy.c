@@ -191,7 +191,8 @@ static void runner_send(struct loop *l, struct loop_timer *tm)
     }
     uint32_t j = rn->next_call;
     struct lane *ln = rn->lane;
-    struct replay_call *call = replay_call_new(rp, scall(ls, rn->session, j), j, ln->cache_key, tm->at_ns);
+    struct replay_call *call =
+        replay_call_new(rp, scall(ls, rn->session, j), j, ln->cache_key, tm->at_ns, NULL);
     call->on_end = runner_after_call;
     call->owner = rn;
     call->lane_idx = ln->idx;

@@ -380,5 +380,6 @@ void replay_destroy(struct replay *rp)
     loop_cancel(rp->loop, &rp->grace_timer);
     loop_cancel(rp->loop, &rp->tick_timer);
     metrics_free(&rp->metrics);
+    replay_chains_free(rp);
     free(rp);
 }

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "traces/base/err.h"
+#include "traces/base/hash.h"
 #include "traces/base/mem.h"
 
 static const struct target_cb call_cb;
@@ -45,8 +46,56 @@ void replay_call_blocks(const struct trace *t, const struct trace_call *c, uint6
     trace_call_blocks(t, c, out, c->n_blocks);
 }
 
+/* The chain of trace call c salted as asked: the one in flight if there
+ * is one, else made now. A call of another trace (never, in practice) or
+ * salted otherwise gets a chain of its own. */
+static struct replay_chain *chain_get(struct replay *rp, const struct trace_call *c,
+                                      const uint64_t *salt)
+{
+    const struct trace *t = rp->tr;
+    uint32_t slot = c >= t->calls && c < t->calls + t->n_calls ? (uint32_t)(c - t->calls)
+                                                               : UINT32_MAX;
+    if (slot != UINT32_MAX && !rp->chains)
+        rp->chains = xcalloc(t->n_calls, sizeof *rp->chains);
+    struct replay_chain *ch = slot != UINT32_MAX ? rp->chains[slot] : NULL;
+    if (ch && ch->salted == (salt != NULL) && (!salt || ch->salt == *salt)) {
+        ch->refs++;
+        return ch;
+    }
+    ch = xmalloc(sizeof *ch + (c->n_blocks ? c->n_blocks : 1) * sizeof *ch->ids);
+    ch->refs = 1;
+    ch->n = c->n_blocks;
+    ch->salted = salt != NULL;
+    ch->salt = salt ? *salt : 0;
+    replay_call_blocks(t, c, ch->ids);
+    if (salt)
+        for (uint32_t i = 0; i < ch->n; i++)
+            ch->ids[i] = hash_mix(ch->ids[i], *salt);
+    ch->slot = UINT32_MAX;
+    if (slot != UINT32_MAX && !rp->chains[slot]) {
+        ch->slot = slot;
+        rp->chains[slot] = ch;
+    }
+    return ch;
+}
+
+static void chain_put(struct replay *rp, struct replay_chain *ch)
+{
+    if (--ch->refs)
+        return;
+    if (ch->slot != UINT32_MAX)
+        rp->chains[ch->slot] = NULL;
+    free(ch);
+}
+
+void replay_chains_free(struct replay *rp)
+{
+    free(rp->chains);
+    rp->chains = NULL;
+}
+
 struct replay_call *replay_call_new(struct replay *rp, const struct trace_call *c, uint32_t index,
-                                    uint64_t cache_key, int64_t intended_ns)
+                                    uint64_t cache_key, int64_t intended_ns, const uint64_t *salt)
 {
     struct replay_call *call = xcalloc(1, sizeof *call);
     const struct trace_session *s = &rp->tr->sessions[c->session];
@@ -55,14 +104,13 @@ struct replay_call *replay_call_new(struct replay *rp, const struct trace_call *
     call->call_index = index;
     call->intended_ns = intended_ns;
     call->first_ns = -1;
-    call->blocks = xmalloc((c->n_blocks ? c->n_blocks : 1) * sizeof *call->blocks);
-    replay_call_blocks(rp->tr, c, call->blocks);
+    call->chain = chain_get(rp, c, salt);
     call->tc.id = ++rp->next_call_id;
     call->tc.session_key = cache_key;
     call->tc.prompt_tokens = c->prompt_tokens;
     call->tc.max_tokens = c->output_tokens > 0 ? c->output_tokens : 1;
     call->tc.ignore_eos = rp->cfg.ignore_eos;
-    call->tc.blocks = call->blocks;
+    call->tc.blocks = call->chain->ids;
     call->tc.n_blocks = c->n_blocks;
     call->tc.trace_block_size = s->block_size > 0 ? s->block_size : 64;
     call->tc.model = trace_str(rp->tr, c->model);
@@ -82,7 +130,7 @@ struct replay_call *replay_call_new(struct replay *rp, const struct trace_call *
 static void call_free(struct replay_call *call)
 {
     free(call->chunk_t);
-    free(call->blocks);
+    chain_put(call->rp, call->chain);
     free(call);
 }
 
@@ -282,6 +330,11 @@ int replay_calls_verify(const struct replay *rp, char *err)
             if (call->cancel_requested != (i == 1))
                 return err_set(err, "call %llu on the wrong list (cancel requested %d)",
                                (unsigned long long)call->tc.id, call->cancel_requested);
+            const struct replay_chain *ch = call->chain;
+            if (!ch->refs || ch->n != call->tc.n_blocks || call->tc.blocks != ch->ids ||
+                (ch->slot != UINT32_MAX && rp->chains[ch->slot] != ch))
+                return err_set(err, "call %llu: its block chain is not the one shared",
+                               (unsigned long long)call->tc.id);
             n++;
         }
     }

@@ -52,7 +52,7 @@ struct replay_call {
     int64_t hit_blocks, total_blocks; /* theoretical prefix hit; -1: unknown */
     bool cancel_requested;
     bool in_target;             /* submitted, done not yet delivered */
-    uint64_t *blocks;           /* the call's block chain, n_blocks ids */
+    struct replay_chain *chain; /* its block chain (tc.blocks), shared */
     char session_name[112];     /* the record's session: "name@instance" */
     uint64_t session_uid;
     int lane_idx;               /* -1: none (open loop) */
@@ -62,9 +62,25 @@ struct replay_call {
     struct list_node node;      /* in replay.inflight or replay.cancelling */
 };
 
+/* The block chain of one trace call, as the target reads it (salted),
+ * shared by every call of that trace call in flight: at 100,000 lanes
+ * most calls in flight replay one of a few thousand trace calls, and a
+ * copy each would be most of the run's memory. */
+struct replay_chain {
+    uint32_t refs;
+    uint32_t n;
+    bool salted;
+    uint64_t salt;
+    uint32_t slot;              /* index in replay.chains; UINT32_MAX: own */
+    uint64_t ids[];
+};
+
 struct replay {
     struct replay_config cfg;
     const struct trace *tr;
+    /* The chains in flight by trace call index (tr->n_calls slots, made
+     * at the first call), NULL where none is. */
+    struct replay_chain **chains;
     struct target *tg;
     struct loop *loop;
     struct lanes *lanes;        /* sessions mode, agentx rules, else NULL */
@@ -102,11 +118,14 @@ struct replay {
 };
 
 /* A call of trace call c (index: within its session) for the target's
- * cache key, due at intended_ns. The caller sets the record's identity
+ * cache key, due at intended_ns; its chain's ids are salted with *salt
+ * (hash_mix(id, *salt); NULL: as the trace has them). The caller sets the record's identity
  * (session_name, session_uid, lane_idx, tree), warmup and its owner, then
  * sends it. */
 struct replay_call *replay_call_new(struct replay *rp, const struct trace_call *c, uint32_t index,
-                                    uint64_t cache_key, int64_t intended_ns);
+                                    uint64_t cache_key, int64_t intended_ns, const uint64_t *salt);
+/* Frees the chain table (replay_destroy, after the last call). */
+void replay_chains_free(struct replay *rp);
 /* Sends k now, or records it at once as a context overflow or a submit
  * error (the owner hears of its end before this returns). */
 void replay_call_send(struct replay *rp, struct replay_call *k);
