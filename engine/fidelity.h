@@ -117,7 +117,8 @@ struct ext_row {
     bool within;             /* |error| <= band */
 };
 struct ext_stats {
-    int validation, within, known_misses, gpu_kinds;
+    int validation, within, known_misses;
+    int gpu_kinds;           /* distinct preset names before any '-' */
     double median, worst;    /* |error| */
     int worst_row;
 };

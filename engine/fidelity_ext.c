@@ -381,11 +381,16 @@ void ext_rows_stats(const struct ext_row *rows, int n, struct ext_stats *st)
         }
         st->within += x->within;
         st->known_misses += x->known_miss;
+        /* A GPU kind is the preset name before any '-': a validation
+         * variant of a preset (h100-vllm0.14: other kernel tables, the
+         * same GPU) is not another kind. */
+        char kind[sizeof kinds[0]];
+        snprintf(kind, sizeof kind, "%.*s", (int)strcspn(x->gpu, "-"), x->gpu);
         bool seen = false;
         for (int j = 0; j < st->gpu_kinds; j++)
-            seen |= !strcmp(kinds[j], x->gpu);
+            seen |= !strcmp(kinds[j], kind);
         if (!seen && st->gpu_kinds < EXT_MAX_ROWS)
-            snprintf(kinds[st->gpu_kinds++], sizeof kinds[0], "%s", x->gpu);
+            snprintf(kinds[st->gpu_kinds++], sizeof kinds[0], "%s", kind);
     }
     st->validation = k;
     if (k) {

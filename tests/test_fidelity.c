@@ -55,6 +55,9 @@ static void test_external_table(void)
     ext_rows_stats(r, n, &st);
     CHECKF(st.validation == val && st.gpu_kinds >= 2, "%d rows on %d GPU kinds", st.validation,
            st.gpu_kinds);
+    /* The validation variants (h100-vllm0.14: the same GPU with an older
+     * build's kernel tables) are not kinds of their own: H100, H200, B200. */
+    CHECKF(st.gpu_kinds == 3, "GPU kinds counted by preset name before '-' (%d)", st.gpu_kinds);
     for (int i = 0; i < n; i++)
         if (r[i].role == EXT_VALIDATION) {
             CHECKF(r[i].predicted > 0 && isfinite(r[i].error), "row %s predicted (%g)", r[i].id,
@@ -68,8 +71,8 @@ static void test_external_table(void)
         }
     /* The values of this commit (engine/CALIBRATION.md), so that a change
      * of the model that moves them is seen. */
-    CHECKF(fabs(st.median - 0.141) < 0.01 && st.worst < 0.35,
-           "median |error| %.3f (0.141 at this commit), worst %.3f", st.median, st.worst);
+    CHECKF(fabs(st.median - 0.090) < 0.01 && st.worst < 0.35,
+           "median |error| %.3f (0.090 at this commit), worst %.3f", st.median, st.worst);
     /* Deterministic. */
     struct ext_row *r2;
     int n2;

@@ -86,6 +86,25 @@ static void test_gpus(void)
         CHECKF(strstr(g.source, "hardware.md") != NULL, "%s cites hardware.md", names[i]);
         CHECKF(g.kernel_floor_ns > 0 && g.step_overhead_ns > 0, "%s has the fit", names[i]);
     }
+    /* The validation variants (engine/CALIBRATION.md "External
+     * validation"): the same GPU, datasheet and fit as their base preset,
+     * other dense-model kernel tables. */
+    const char *variants[][2] = {{"h100-vllm0.14", "h100"}, {"h200-vllm0.14", "h200"},
+                                 {"b200-vllm0.19", "b200"}};
+    for (size_t i = 0; i < ARRAY_LEN(variants); i++) {
+        struct gpu_preset v, b;
+        CHECKF(preset_load_gpu(variants[i][0], &v, err) == 0 &&
+                   preset_load_gpu(variants[i][1], &b, err) == 0,
+               "load %s: %s", variants[i][0], err);
+        CHECKF(strcmp(v.name, variants[i][0]) == 0 && strcmp(v.family, b.family) == 0 &&
+                   v.hbm_bw == b.hbm_bw && v.flops_fp8 == b.flops_fp8 && v.link_bw == b.link_bw &&
+                   v.kernel_floor_ns == b.kernel_floor_ns &&
+                   v.step_overhead_ns == b.step_overhead_ns && strstr(v.source, "hardware.md"),
+               "%s: %s's GPU and fit", variants[i][0], variants[i][1]);
+        CHECKF(v.kt[0][KT_GEMM_FP8].n > 0 && v.kt[0][KT_ATTENTION_GQA].n > 0 &&
+                   v.kt[0][KT_GROUPED].n == 0,
+               "%s: dense-model tables only", variants[i][0]);
+    }
     preset_load_gpu("gb300", &g, err);
     CHECK(g.hbm_bw == 8e12 && g.flops_fp4 == 15e15 && g.link_bw == 900e9 &&
               g.nvlink_domain == 72 && strcmp(g.family, "blackwell") == 0,

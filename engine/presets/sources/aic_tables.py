@@ -13,6 +13,11 @@ benchmark_with_power). Extract them flat into DIR as
         > DIR/gb300_gemm_vllm_0.24.0_gemm_perf.parquet
 then run:  python3 aic_tables.py DIR   (pandas + pyarrow; prints one JSON
 object per GPU preset: "kernel_tables" and "allreduce_tables").
+python3 aic_tables.py --dated DIR prints the validation variants
+(h100-vllm0.14, h200-vllm0.14, b200-vllm0.19): gemm_bf16, gemm_fp8,
+attention_gqa and the one-shot all-reduce by the same rules from the
+earliest vLLM build the database measured on each GPU (DATED below; its
+kernel_source is vllm_default for both GEMM precisions).
 
 Reduction rules (the same for every GPU):
 - Each table point is [key, eff, extra_us]: a kernel of the class costs
@@ -80,8 +85,8 @@ def affine(byts, us, peak):
     return c, 1 / (s * 1e-6 * peak)
 
 
-def gemm(d, gpu, dtype, kernel):
-    t = read(d, gpu, 'gemm', 'vllm', '0.24.0', 'gemm_perf')
+def gemm(d, gpu, dtype, kernel, ver='0.24.0'):
+    t = read(d, gpu, 'gemm', 'vllm', ver, 'gemm_perf')
     if t is None:
         return None
     t = t[(t.gemm_dtype == dtype) & (t.kernel_source == kernel)].drop_duplicates(['m', 'n', 'k'])
@@ -125,12 +130,14 @@ def grouped(d, gpu):
     return pts, f'{ks} {dt}'
 
 
-def attention_gqa(d, gpu):
-    t = read(d, gpu, 'attention', 'vllm', '0.24.0', 'generation_attention_perf')
+def attention_gqa(d, gpu, ver='0.24.0'):
+    t = read(d, gpu, 'attention', 'vllm', ver, 'generation_attention_perf')
     if t is None:
         return None
+    if 'window_size' in t:
+        t = t[t.window_size == 0]
     t = t[(t.num_heads == 8) & (t.num_key_value_heads == 1) & (t.head_dim == 128) &
-          (t.kv_cache_dtype == 'fp8') & (t.window_size == 0)]
+          (t.kv_cache_dtype == 'fp8')]
     t = t.assign(ctx=t.isl + t.step).drop_duplicates(['batch_size', 'ctx'])
     t = t[(t.ctx >= 256) & (t.ctx <= 8192) & (t.batch_size <= 128)]
     c, e = affine((t.batch_size * t.ctx * 2 * 128).values, t.latency.values * 1e3, PEAK[gpu])
@@ -153,13 +160,13 @@ def attention_mla(d, gpu):
     return pts
 
 
-def allreduce(d, gpu):
+def allreduce(d, gpu, ver='0.24.0'):
     out = {}
     sizes = [2 ** i for i in range(10, 26)]  # elements: 2 KiB .. 64 MiB
-    t = read(d, gpu, 'comm', 'vllm', '0.24.0', 'custom_allreduce_perf')
+    t = read(d, gpu, 'comm', 'vllm', ver, 'custom_allreduce_perf')
     if t is not None:
         t = t[(t.allreduce_dtype == 'bfloat16') & (t.kernel_source == 'vLLM_custom_graph')]
-        out['oneshot'] = (t, 'vLLM 0.24.0 custom all-reduce, CUDA graph')
+        out['oneshot'] = (t, f'vLLM {ver} custom all-reduce, CUDA graph')
     f = glob.glob(os.path.join(d, f'{gpu}_comm_nccl_2.29.2_nccl_perf.parquet'))
     if f:
         t = pd.read_parquet(f[0])
@@ -221,5 +228,36 @@ def main(d):
         print(json.dumps(out, indent=1))
 
 
+# The validation presets (engine/CALIBRATION.md, "External validation"): the
+# GPU's dense-model tables from the earliest vLLM build the database measured
+# on it, the closest to the external rows' measurement date (2025-10-29).
+DATED = {'h100_sxm': '0.14.0', 'h200_sxm': '0.14.0', 'b200_sxm': '0.19.0'}
+
+
+def dated(d):
+    for gpu, ver in DATED.items():
+        tabs = {}
+        bf = gemm(d, gpu, 'bfloat16', 'vllm_default', ver)
+        f8 = gemm(d, gpu, 'fp8', 'vllm_default', ver)
+        tabs['gemm_bf16'] = {'key': 'tokens', 'points': [[k, r3(e), 0] for k, e, c in bf],
+                             'source': f'{COMMIT} data/{gpu}/gemm/vllm/{ver} bfloat16 (vllm_default), '
+                                       f'4-400 MB shapes; intercept {bf[0][2]:.2f} us (M 1-64)'}
+        tabs['gemm_fp8'] = {'key': 'tokens',
+                            'points': [[k, r3(e), round(c - cb, 2)] for (k, e, c), (_, _, cb) in zip(f8, bf)],
+                            'source': f'{COMMIT} data/{gpu}/gemm/vllm/{ver} fp8 (vllm_default, dynamic '
+                                      f'activation quantisation included), 4-400 MB shapes; extra_us = '
+                                      f'its intercept - bfloat16\'s'}
+        ga = attention_gqa(d, gpu, ver)
+        tabs['attention_gqa'] = {'key': 'seqs', 'points': [[1, r3(ga[1]), 0]],
+                                 'source': f'{COMMIT} data/{gpu}/attention/vllm/{ver} '
+                                           f'{ga[2]}, 8/1 heads, FP8 KV; intercept {ga[0]:.1f} us'}
+        out = {'kernel_tables': {'auto': tabs}, 'allreduce_tables': allreduce(d, gpu, ver)}
+        print(f'== {PRESET[gpu]}-vllm{ver.rsplit(".", 1)[0]}')
+        print(json.dumps(out, indent=1))
+
+
 if __name__ == '__main__':
-    main(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[1] == '--dated':
+        dated(sys.argv[2])
+    else:
+        main(sys.argv[1])
