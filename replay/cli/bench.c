@@ -176,8 +176,15 @@ static int fidelity_external(const struct fidelity_opts *o)
            "closed loop of `conc` clients, 4 requests each; fixed: bench-decode). error =\n"
            "predicted / published - 1; TPOT in ms. Sources and setups: --json and\n"
            "engine/presets/validation/external.json.\n\n");
-    printf("%-11s %-6s %4s %-18s %-22s %4s %9s %-8s %9s %9s %7s  %s\n", "id", "gpu", "tp", "model",
-           "framework", "conc", "isl/osl", "metric", "predicted", "published", "error", "note");
+    /* The gpu column as wide as its longest preset name (the validation
+     * variants, h200-vllm0.14, are longer than a GPU's). */
+    int gw = 6;
+    for (int i = 0; i < n; i++)
+        if (rows[i].role == EXT_VALIDATION && (int)strlen(rows[i].gpu) > gw)
+            gw = (int)strlen(rows[i].gpu);
+    printf("%-11s %-*s %4s %-18s %-22s %4s %9s %-8s %9s %9s %7s  %s\n", "id", gw, "gpu", "tp",
+           "model", "framework", "conc", "isl/osl", "metric", "predicted", "published", "error",
+           "note");
     for (int i = 0; i < n; i++) {
         const struct ext_row *r = &rows[i];
         if (r->role != EXT_VALIDATION)
@@ -185,8 +192,8 @@ static int fidelity_external(const struct fidelity_opts *o)
         char io[24], fw[24];
         snprintf(io, sizeof io, "%lld/%lld", (long long)r->isl, (long long)r->osl);
         snprintf(fw, sizeof fw, "%.22s", r->framework);
-        printf("%-11s %-6s %4d %-18.18s %-22s %4d %9s %-8.8s %9.3f %9.3f %+6.1f%%  %s\n", r->id,
-               r->gpu, r->tp, r->model, fw, r->concurrency, io, ext_metric_name(r->metric),
+        printf("%-11s %-*s %4d %-18.18s %-22s %4d %9s %-8.8s %9.3f %9.3f %+6.1f%%  %s\n", r->id,
+               gw, r->gpu, r->tp, r->model, fw, r->concurrency, io, ext_metric_name(r->metric),
                r->predicted, r->published, 100 * r->error,
                r->within ? "" : r->known_miss ? "known miss" : "MISS");
     }
