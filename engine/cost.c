@@ -5,8 +5,10 @@
  * measurement and the fit of the kernel floor and step overhead.
  *
  * Each kernel costs
- *     t = max(bytes / (hbm_bw * eff[class]), flops / (rate * eff_compute))
+ *     t = max(bytes / (hbm_bw * eff[class]), flops / (rate * ceff))
  *         + floor + communication
+ * (eff and ceff: the preset's measured tables at the step's key where it
+ * has them, else the flat efficiencies)
  * and a layer the sum of its kernels, except where the specialized path
  * overlaps them: its shared experts run on a side stream beside the
  * routed chain (the overlapped region costs the longer chain or the
@@ -193,6 +195,15 @@ void cost_make_shape(const struct cost_model *c, const struct cost_batch *b,
             kt_lookup(t, key[t->key == KT_KEY_SEQS], &eff, &extra[p][k]);
             s->bw[p][k] = c->g.hbm_bw * eff;
         }
+    /* FLOP efficiency: the slot's FLOP table at the step's tokens. */
+    for (int p = 0; p < PATH_COUNT; p++)
+        for (int k = 0; k < N_SLOTS; k++) {
+            s->ceff[p][k] = c->g.eff_compute;
+            if (c->ctab[p][k]) {
+                double x;
+                kt_lookup(c->ctab[p][k], key[0], &s->ceff[p][k], &x);
+            }
+        }
     /* A kernel with a floor pays floor + extra, never below 0. */
     for (int p = 0; p < PATH_COUNT; p++)
         for (int k = 0; k < N_SLOTS; k++) {
@@ -236,10 +247,13 @@ double cost_drafter_ns(const struct cost_model *c, const struct shape *s)
         return cost_cal_lookup_us(e, M, s->n_dec > 0 ? s->sum_ctx / s->n_dec : 0) * 1e3;
     double bytes = m->drafter_params * m->drafter_bits / 8 / c->tp;
     double flops = 2 * m->drafter_params * M / c->tp;
-    /* Its GEMMs at the standard path's efficiency for its precision. */
+    /* Its GEMMs at the standard path's efficiencies for its precision. */
     int slot = m->drafter_bits > 8.5 ? SLOT_GEMM16 : m->drafter_bits > 4.5 ? SLOT_GEMM8 : SLOT_GEMM4;
     double tb = bytes / s->bw[PATH_STANDARD][slot] * 1e9;
-    double tf = flops / (cost_rate_for_bits(&c->g, m->drafter_bits) * c->g.eff_compute) * 1e9;
+    double ceff = c->g.eff_compute, x;
+    if (c->ctab[PATH_STANDARD][slot]) /* its own tokens, not the step's */
+        kt_lookup(c->ctab[PATH_STANDARD][slot], M, &ceff, &x);
+    double tf = flops / (cost_rate_for_bits(&c->g, m->drafter_bits) * ceff) * 1e9;
     double per_layer = DRAFTER_KERNELS_PER_LAYER * c->floor_ns +
                        2 * cost_allreduce_ns(c, M * m->hidden * 2, false);
     return (tb > tf ? tb : tf) + m->drafter_layers * per_layer;
@@ -396,6 +410,24 @@ static void cost_resolve_tables(struct cost_model *c)
                 c->any_table = true;
             }
         }
+        /* FLOP tables: GEMMs by precision; the routed experts at the
+         * measured shard nearest (in log) to the model's. */
+        for (int k = 0; k < N_SLOTS; k++)
+            c->ctab[p][k] = NULL;
+        if (g->kt[p][KT_GEMM_BF16_FLOPS].n > 0)
+            c->ctab[p][SLOT_GEMM16] = &g->kt[p][KT_GEMM_BF16_FLOPS];
+        if (g->kt[p][KT_GEMM_FP8_FLOPS].n > 0)
+            c->ctab[p][SLOT_GEMM8] = &g->kt[p][KT_GEMM_FP8_FLOPS];
+        if (g->n_gflops[p] > 0 && shard_mb > 0) {
+            int best = 0;
+            for (int i = 1; i < g->n_gflops[p]; i++)
+                if (fabs(log(g->kt_gflops_mb[p][i] / shard_mb)) <
+                    fabs(log(g->kt_gflops_mb[p][best] / shard_mb)))
+                    best = i;
+            c->ctab[p][SLOT_GROUPED] = &g->kt_gflops[p][best];
+        }
+        for (int k = 0; k < N_SLOTS; k++)
+            c->any_table |= c->ctab[p][k] != NULL;
         const struct kt_table *v = &g->kt[p][KT_ATTENTION_MLA_VERIFY];
         c->tab_mla_verify[p] = v->n > 0 && v->key != KT_KEY_SHARD_MB ? v : NULL;
         c->any_table |= c->tab_mla_verify[p] != NULL;

@@ -117,6 +117,8 @@ struct kern {
     double bytes;    /* per GPU */
     double flops;    /* per GPU */
     double rate;     /* datasheet FLOP/s for the kernel's precision */
+    double ceff;     /* achieved fraction of `rate`: the slot's FLOP table
+                        at the step's tokens, or eff_compute */
     double comm_ns;  /* reduction time inside the kernel */
     double bw;       /* achieved bytes/s: HBM x the slot's efficiency */
     double fixed_ns; /* floor + the slot's extra fixed time (0 for
@@ -146,6 +148,10 @@ struct cost_model {
      * model's expert shard already looked up). */
     const struct kt_table *tab[PATH_COUNT][N_SLOTS];
     const struct kt_table *tab_mla_verify[PATH_COUNT];
+    /* Per path and slot: the FLOP-efficiency table (NULL: the flat
+     * eff_compute); for the grouped slot the table of the measured shard
+     * nearest to the model's. */
+    const struct kt_table *ctab[PATH_COUNT][N_SLOTS];
     double flat_bw[PATH_COUNT][N_SLOTS], flat_extra_ns[PATH_COUNT][N_SLOTS];
     bool any_table;
     /* The slot of each kernel by path and scope (a layer kind, or the step;
@@ -174,6 +180,9 @@ struct shape {
      * achieved bandwidth (bytes/s), and the fixed time of a kernel with a
      * floor (the floor plus the table's extra time, at least 0; ns). */
     double bw[PATH_COUNT][N_SLOTS], fixed_ns[PATH_COUNT][N_SLOTS];
+    /* Per path and slot: the achieved fraction of the datasheet FLOP rate
+     * at this step's tokens. */
+    double ceff[PATH_COUNT][N_SLOTS];
 };
 
 /* ---- kernel lists (cost_kernels.c) ---- */
@@ -232,7 +241,7 @@ static inline double kern_ns_nocal(const struct cost_model *c, const struct kern
     double t = 0;
     if (x->klass != KC_COMM) {
         double tb = x->bytes / x->bw * 1e9;
-        double tf = x->rate > 0 ? x->flops / (x->rate * c->g.eff_compute) * 1e9 : 0;
+        double tf = x->rate > 0 ? x->flops / (x->rate * x->ceff) * 1e9 : 0;
         t = tb > tf ? tb : tf;
     }
     return t + x->fixed_ns + x->comm_ns;

@@ -131,11 +131,12 @@ static int kern_slot(const struct cost_model *c, const struct kern *x, int kind)
 void cost_kern_rates(const struct cost_model *c, int path, int kind, const struct shape *s,
                      struct kern *k, int from, int n)
 {
-    const double *bw = s->bw[path], *fx = s->fixed_ns[path];
+    const double *bw = s->bw[path], *fx = s->fixed_ns[path], *ce = s->ceff[path];
     if (__builtin_expect(!c->kslot_ready, 0)) {
         for (int i = from; i < n; i++) {
             int slot = kern_slot(c, &k[i], kind);
             k[i].bw = bw[slot];
+            k[i].ceff = ce[slot];
             k[i].fixed_ns = k[i].flags & KF_NOFLOOR ? 0 : fx[slot];
         }
         return;
@@ -146,6 +147,7 @@ void cost_kern_rates(const struct cost_model *c, int path, int kind, const struc
         if (__builtin_expect(slot == KSLOT_NONE, 0)) /* a kernel the probes did not meet */
             slot = kern_slot(c, &k[i], kind);
         k[i].bw = bw[slot];
+        k[i].ceff = ce[slot];
         k[i].fixed_ns = k[i].flags & KF_NOFLOOR ? 0 : fx[slot];
     }
 }

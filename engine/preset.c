@@ -346,6 +346,7 @@ int preset_parse_model(const char *text, size_t len, const char *label,
 static const char *const kt_class_names[KT_CLASS_COUNT] = {
     "gemm", "gemm_bf16", "gemm_fp8", "grouped", "attention", "attention_gqa",
     "attention_mla", "attention_mla_verify", "stream", "elementwise",
+    "gemm_bf16_flops", "gemm_fp8_flops",
 };
 static const char *const kt_key_names[] = {"tokens", "seqs", "expert_shard_mb"};
 static const char *const kt_path_names[KT_PATHS] = {"auto", "latency_specialized"};
@@ -488,6 +489,44 @@ static void parse_kt(struct pctx *c, json_t *v, const char *path, struct kt_tabl
     t->n = (int)json_array_size(pts);
 }
 
+/* "grouped_flops": [{"expert_shard_mb": MB, "key": "tokens", "points":
+ * ..., "source": ...}, ...], shards increasing. */
+static void parse_gflops(struct pctx *c, json_t *v, const char *path, struct gpu_preset *g,
+                         int p)
+{
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (n < 1 || n > KT_GFLOPS_MAX) {
+        char what[80];
+        snprintf(what, sizeof what, "must be an array of 1..%d tables (one per expert shard)",
+                 KT_GFLOPS_MAX);
+        pfail_s(c, path, what);
+        return;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(v, i, t) {
+        char pi[176];
+        snprintf(pi, sizeof pi, "%s[%zu]", path, i);
+        json_t *mb = json_is_object(t) ? json_object_get(t, "expert_shard_mb") : NULL;
+        double x = json_is_number(mb) ? json_number_value(mb) : 0;
+        if (!(x > 0) || x > 1e6 || (i > 0 && !(x > g->kt_gflops_mb[p][i - 1]))) {
+            char pm[192];
+            snprintf(pm, sizeof pm, "%s.expert_shard_mb", pi);
+            pfail_s(c, pm, "must be a positive number, increasing over the tables");
+            return;
+        }
+        g->kt_gflops_mb[p][i] = x;
+        parse_kt(c, t, pi, &g->kt_gflops[p][i]);
+        if (c->failed)
+            return;
+        if (g->kt_gflops[p][i].key != KT_KEY_TOKENS) {
+            pfail_s(c, pi, "grouped_flops tables are keyed by tokens");
+            return;
+        }
+    }
+    g->n_gflops[p] = (int)n;
+}
+
 /* "kernel_tables": {"auto": {class: table, ...}, "latency_specialized":
  * {...}}, both paths optional. */
 static void parse_kernel_tables(struct pctx *c, json_t *root, struct gpu_preset *g)
@@ -518,6 +557,12 @@ static void parse_kernel_tables(struct pctx *c, json_t *root, struct gpu_preset 
         json_object_foreach(pv, cname, cv) {
             char pc[144];
             snprintf(pc, sizeof pc, "%s.%.40s", p, cname);
+            if (!strcmp(cname, "grouped_flops")) {
+                parse_gflops(c, cv, pc, g, path);
+                if (c->failed)
+                    return;
+                continue;
+            }
             int cls = name_index(cname, kt_class_names, KT_CLASS_COUNT);
             if (cls < 0) {
                 pfail_s(c, pc, "unknown kernel class");

@@ -60,7 +60,10 @@ struct model_preset {
  * efficiency of a kernel class, and the fixed time it adds beyond the
  * fitted per-kernel floor, as functions of a key, per decode path; each
  * point cites its source in the preset file. Interpolated piecewise
- * linearly in log2(key), held flat outside the points. */
+ * linearly in log2(key), held flat outside the points. The efficiency is
+ * a fraction of HBM bandwidth, except for the `*_flops` classes, whose
+ * efficiency is a fraction of the datasheet FLOP rate of the kernel's
+ * weight precision (the compute-bound side of the same kernels). */
 enum kt_class {
     KT_GEMM = 0,        /* "gemm": dense GEMMs of any precision */
     KT_GEMM_BF16,       /* "gemm_bf16": 16-bit weights (before "gemm") */
@@ -73,6 +76,8 @@ enum kt_class {
                                 verification) */
     KT_STREAM,          /* "stream": weight-streaming kernels */
     KT_ELEMENTWISE,     /* "elementwise" */
+    KT_GEMM_BF16_FLOPS, /* "gemm_bf16_flops": FLOP efficiency, 16-bit GEMMs */
+    KT_GEMM_FP8_FLOPS,  /* "gemm_fp8_flops": FLOP efficiency, 8-bit GEMMs */
     KT_CLASS_COUNT
 };
 enum kt_key {
@@ -81,12 +86,14 @@ enum kt_key {
     KT_KEY_SHARD_MB,    /* one routed expert's shard per GPU, MB (1e6 B) */
 };
 #define KT_MAX_POINTS 16
+#define KT_GFLOPS_MAX 8 /* grouped_flops tables (expert shards) per path */
 #define KT_PATHS 2      /* 0: auto (standard), 1: latency_specialized */
 struct kt_table {
     int n;              /* points; 0: no table (the flat efficiency) */
     int key;            /* enum kt_key */
     double x[KT_MAX_POINTS];        /* key, increasing, > 0 */
-    double eff[KT_MAX_POINTS];      /* fraction of HBM bandwidth, (0, 1] */
+    double eff[KT_MAX_POINTS];      /* fraction of HBM bandwidth (of the
+                                       FLOP rate: *_flops), (0, 1] */
     double extra_ns[KT_MAX_POINTS]; /* fixed time beyond the floor, ns */
 };
 /* Measured all-reduce latency against message size at one rank count. */
@@ -131,6 +138,12 @@ struct gpu_preset {
      * per path and class, and per all-reduce implementation and rank
      * count; where absent the flat values above apply. */
     struct kt_table kt[KT_PATHS][KT_CLASS_COUNT];
+    /* "grouped_flops": the routed experts' FLOP efficiency against tokens,
+     * one table per measured expert shard (MB, increasing); the cost model
+     * takes the shard nearest to its own (in log). */
+    struct kt_table kt_gflops[KT_PATHS][KT_GFLOPS_MAX];
+    double kt_gflops_mb[KT_PATHS][KT_GFLOPS_MAX];
+    int n_gflops[KT_PATHS];
     struct ar_table ar[AR_TABLE_KINDS][AR_MAX_RANKS];
     int n_ar[AR_TABLE_KINDS];
 };

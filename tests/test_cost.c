@@ -707,6 +707,44 @@ static void test_tables(void)
     CHECK_NEAR(e, 0.406, 0.01, "0.41 there (GB300 FlashInfer TRT-LLM-gen w4a16)");
     CHECK(a->flat_bw[PATH_SPECIALIZED][SLOT_GROUPED] == 8e12 * gb300.eff_grouped,
           "specialized grouped keeps the flat efficiency");
+    /* FLOP tables: GEMMs by precision on the standard path, the routed
+     * experts at the measured shard nearest to the model's (TP16: 1.10
+     * MB); the specialized path keeps the flat eff_compute. */
+    CHECK(a->ctab[PATH_STANDARD][SLOT_GEMM16] == &a->g.kt[0][KT_GEMM_BF16_FLOPS] &&
+              h->ctab[PATH_STANDARD][SLOT_GEMM8] == &h->g.kt[0][KT_GEMM_FP8_FLOPS] &&
+              a->ctab[PATH_SPECIALIZED][SLOT_GEMM16] == NULL,
+          "FLOP tables resolved per precision; specialized path flat");
+    CHECK(a->g.n_gflops[0] >= 2 && a->ctab[PATH_STANDARD][SLOT_GROUPED] &&
+              fabs(a->g.kt_gflops_mb[0][a->ctab[PATH_STANDARD][SLOT_GROUPED] - a->g.kt_gflops[0]] -
+                   1.097) < 0.01,
+          "grouped FLOP table at the nearest measured shard (1.097 MB)");
+    {
+        /* A prefill chunk of 8192 tokens: the dense GEMMs priced at the
+         * measured FLOP efficiency at M = 8192, not at eff_compute; a
+         * batch-1 decode step keeps its memory-bound price. */
+        struct cost_batch pb = {.n_prefill = 1, .prefill_tokens = 8192,
+                                .prefill_attn = 8192LL * 8193 / 2, .decode_positions = 1};
+        struct shape s;
+        cost_make_shape(h, &pb, &s);
+        kt_lookup(&h200.kt[0][KT_GEMM_BF16_FLOPS], 8192, &e, &x);
+        CHECK_NEAR(s.ceff[PATH_STANDARD][SLOT_GEMM16], e, 1e-12,
+                   "BF16 GEMM FLOP efficiency at M 8192 (Llama 3.1 70B BF16)");
+        CHECK(e < 0.78 && e > 0.6, "measured: 0.74 of the BF16 rate on H200 (was 0.8 flat)");
+        struct kern k[MAX_KERNELS];
+        int n = cost_layer_list(h, PATH_STANDARD, LAYER_GQA, false, &s, k);
+        for (int i = 0; i < n; i++)
+            if (k[i].id == K_FFN_GATE_UP)
+                CHECK_NEAR(kern_ns_nocal(h, &k[i]),
+                           k[i].flops / (h200.flops_bf16 * e) * 1e9 + k[i].fixed_ns, 1e-6,
+                           "gate/up at 8192 tokens: FLOPs / (BF16 rate x table) + floor");
+        struct cost_batch db = {.n_decode = 1, .decode_positions = 1, .sum_ctx = 1000};
+        cost_make_shape(h, &db, &s);
+        n = cost_layer_list(h, PATH_STANDARD, LAYER_GQA, false, &s, k);
+        for (int i = 0; i < n; i++)
+            if (k[i].id == K_FFN_GATE_UP)
+                CHECK_NEAR(kern_ns_nocal(h, &k[i]), k[i].bytes / k[i].bw * 1e9 + k[i].fixed_ns,
+                           1e-6, "gate/up at batch 1: memory-bound as before");
+    }
     /* MLA attention at one and at eight positions, batch 1, 100k context. */
     struct cost_batch b1 = {.n_decode = 1, .decode_positions = 1, .sum_ctx = 100000};
     struct cost_batch b8 = {.n_decode = 1, .decode_positions = 8, .draft = 7, .sum_ctx = 100000};

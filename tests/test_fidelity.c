@@ -71,8 +71,8 @@ static void test_external_table(void)
         }
     /* The values of this commit (engine/CALIBRATION.md), so that a change
      * of the model that moves them is seen. */
-    CHECKF(fabs(st.median - 0.090) < 0.01 && st.worst < 0.35,
-           "median |error| %.3f (0.090 at this commit), worst %.3f", st.median, st.worst);
+    CHECKF(fabs(st.median - 0.080) < 0.01 && st.worst < 0.37,
+           "median |error| %.3f (0.080 at this commit), worst %.3f", st.median, st.worst);
     /* Deterministic. */
     struct ext_row *r2;
     int n2;

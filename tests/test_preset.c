@@ -123,6 +123,13 @@ static void test_gpus(void)
         CHECKF(k[KT_GEMM_BF16].n && k[KT_GEMM_FP8].n && k[KT_GROUPED].n && k[KT_ATTENTION_GQA].n &&
                    k[KT_ATTENTION_MLA].n,
                "%s: standard-path tables", names[i]);
+        CHECKF(k[KT_GEMM_BF16_FLOPS].n && k[KT_GEMM_FP8_FLOPS].n && g.n_gflops[0] >= 2 &&
+                   k[KT_GEMM_BF16_FLOPS].key == KT_KEY_TOKENS && k[KT_GEMM_BF16_FLOPS].x[0] == 512,
+               "%s: FLOP tables (GEMMs from M 512, grouped per shard)", names[i]);
+        for (int j = 0; j < k[KT_GEMM_FP8_FLOPS].n; j++)
+            CHECKF(k[KT_GEMM_FP8_FLOPS].eff[j] < 0.8 && k[KT_GEMM_BF16_FLOPS].eff[j] < 0.8,
+                   "%s: measured GEMM FLOP efficiency below the old flat 0.8 (M %g)", names[i],
+                   k[KT_GEMM_FP8_FLOPS].x[j]);
         CHECKF(!g.kt[1][KT_GROUPED].n && !g.kt[1][KT_GEMM].n,
                "%s: no specialized-path tables (its flat values stand)", names[i]);
         CHECKF((k[KT_ATTENTION_MLA_VERIFY].n > 0) == !strcmp(g.family, "blackwell"),
@@ -198,6 +205,15 @@ static void test_bad_tables(void)
          "\"source\":\"s\"}}}", "only grouped"},
         {",\"kernel_tables\":{\"auto\":{\"gemm\":{\"key\":\"tokens\",\"points\":[],"
          "\"source\":\"s\"}}}", "1..16 points"},
+        {",\"kernel_tables\":{\"auto\":{\"grouped_flops\":{\"key\":\"tokens\"}}}",
+         "one per expert shard"},
+        {",\"kernel_tables\":{\"auto\":{\"grouped_flops\":[{\"expert_shard_mb\":2,"
+         "\"key\":\"tokens\",\"points\":[[256,0.01]],\"source\":\"s\"},{\"expert_shard_mb\":1,"
+         "\"key\":\"tokens\",\"points\":[[256,0.01]],\"source\":\"s\"}]}}", "increasing"},
+        {",\"kernel_tables\":{\"auto\":{\"grouped_flops\":[{\"expert_shard_mb\":2,"
+         "\"key\":\"seqs\",\"points\":[[256,0.01]],\"source\":\"s\"}]}}", "keyed by tokens"},
+        {",\"kernel_tables\":{\"auto\":{\"grouped_flops\":[{\"expert_shard_mb\":2,"
+         "\"key\":\"tokens\",\"points\":[[256,0.01]]}]}}", "source"},
         {",\"allreduce_tables\":{\"nvls\":[]}", "unknown all-reduce"},
         {",\"allreduce_tables\":{\"oneshot\":[{\"ranks\":8,\"points\":[[1024,5]],\"source\":\"s\"},"
          "{\"ranks\":8,\"points\":[[1024,5]],\"source\":\"s\"}]}", "listed twice"},

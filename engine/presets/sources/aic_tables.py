@@ -53,6 +53,21 @@ Reduction rules (the same for every GPU):
   slope of time against KV bytes (batch x context x 576 B) over contexts
   4k-128k: the module's GEMMs do not grow with context, so the slope is the
   attention kernel's marginal efficiency.
+- gemm_bf16_flops / gemm_fp8_flops (the compute-bound side of the same
+  kernels): from the same gemm_perf rows and shapes (4-400 MB of weights),
+  at each measured M of 512 and more that is a power of two (512 .. 16384),
+  eff = sum of FLOPs / (sum of times x the datasheet rate of the weights'
+  precision), FLOPs = 2 M N K: the FLOP-weighted mean efficiency of the
+  shapes run back to back, whole kernel times (no intercept dropped: at
+  these M a kernel's time is not launch-dominated, and the FP8 path's
+  activation quantisation, which grows with M, is part of it). Below 512
+  the value at 512 holds (the memory term prices smaller M).
+- grouped_flops: the same MoE module rows as grouped, at 256 tokens and
+  more (powers of two to 16384), one table per measured TP shard (keyed by
+  tokens, the shard in expert_shard_mb): eff = the experts' GEMM FLOPs
+  (2 x tokens x top-k x 3 x hidden x inter / tp) / (time x the datasheet
+  rate the engine gives the experts' precision: FP4 on Blackwell for the
+  MXFP4 lanes, FP8 on Hopper), the whole module's time.
 - allreduce oneshot: vLLM 0.24.0 custom all-reduce, CUDA-graph mode;
   library: NCCL 2.29.2 all_reduce (half). message_size is in elements
   (collector/network/collect_all_reduce.py), bytes = 2 x elements.
@@ -67,6 +82,10 @@ import pandas as pd
 
 PEAK = {'gb300': 8e12, 'gb200': 8e12, 'b200_sxm': 8e12, 'b300_sxm': 8e12,
         'h200_sxm': 4.8e12, 'h100_sxm': 3.35e12}  # hardware.md
+RATE = {  # dense FLOP/s by weight bits as the engine picks them (hardware.md)
+    'gb300': {16: 2.5e15, 8: 5e15, 4: 15e15}, 'gb200': {16: 2.5e15, 8: 5e15, 4: 10e15},
+    'b200_sxm': {16: 2.25e15, 8: 4.5e15, 4: 9e15}, 'b300_sxm': {16: 2.25e15, 8: 4.5e15, 4: 13.5e15},
+    'h200_sxm': {16: 0.99e15, 8: 1.98e15, 4: 1.98e15}, 'h100_sxm': {16: 0.99e15, 8: 1.98e15, 4: 1.98e15}}
 PRESET = {'gb300': 'gb300', 'gb200': 'gb200', 'b200_sxm': 'b200', 'b300_sxm': 'b300',
           'h200_sxm': 'h200', 'h100_sxm': 'h100'}
 BPP = {'bfloat16': 2.0, 'fp8': 1.0, 'fp8_block': 1 + 4 / (128 * 128),
@@ -100,6 +119,56 @@ def gemm(d, gpu, dtype, kernel, ver='0.24.0'):
         c, e = affine(g.by.values, g.us.values, PEAK[gpu])
         out.append((key, e, c))
     return out
+
+
+def gemm_flops(d, gpu, dtype, kernel, ver='0.24.0'):
+    t = read(d, gpu, 'gemm', 'vllm', ver, 'gemm_perf')
+    if t is None:
+        return None
+    t = t[(t.gemm_dtype == dtype) & (t.kernel_source == kernel)].drop_duplicates(['m', 'n', 'k'])
+    w = t.n * t.k * BPP[dtype]
+    t = t[(w >= 4e6) & (w <= 400e6)]
+    rate = RATE[gpu][16 if dtype == 'bfloat16' else 8]
+    out = []
+    for m in (512, 1024, 2048, 4096, 8192, 16384):
+        g = t[t.m == m]
+        if len(g):
+            out.append((m, float((2.0 * g.m * g.n * g.k).sum() / (g.latency.sum() * 1e-3) / rate), len(g)))
+    return out
+
+
+def moe_rows(d, gpu):
+    hopper = gpu.startswith('h')
+    if hopper:
+        t = read(d, gpu, 'moe', 'sglang', '0.5.9', 'moe_perf')
+        shape, dt, ks = (7168, 2048, 8, 256), 'fp8_block', 'sglang_fused_moe_triton'
+    else:
+        t = read(d, gpu, 'moe', 'sglang', '0.5.14', 'moe_perf')
+        shape, dt, ks = (3584, 3072, 16, 896), 'w4a16_mxfp4', 'sglang_flashinfer_trtllm_moe'
+    if t is None:
+        return None, None, None, None
+    if not hopper and not ((t.moe_dtype == dt) & (t.hidden_size == 3584)).any():
+        dt = 'w4a8_mxfp4_mxfp8'  # B300: the only Kimi K3 lane measured there
+    H, I, k, E = shape
+    t = t[(t.hidden_size == H) & (t.inter_size == I) & (t.topk == k) & (t.num_experts == E) &
+          (t.moe_ep_size == 1) & (t.distribution == 'balanced') & (t.moe_dtype == dt) &
+          (t.kernel_source == ks)]
+    return t, shape, dt, ks
+
+
+def grouped_flops(d, gpu):
+    t, (H, I, k, E), dt, ks = moe_rows(d, gpu)
+    if t is None:
+        return None, None
+    rate = RATE[gpu][4 if BPP[dt] < 1 else 8]
+    tabs = []
+    for tp, g in t.groupby('moe_tp_size'):
+        g = g.drop_duplicates('num_tokens').set_index('num_tokens')
+        pts = [(T, 2.0 * T * k * 3 * H * I / tp / (g.latency[T] * 1e-3) / rate)
+               for T in (256, 512, 1024, 2048, 4096, 8192, 16384) if T in g.index]
+        tabs.append((3 * H * (I / tp) * BPP[dt] / 1e6, tp, pts))
+    tabs.sort()
+    return tabs, f'{ks} {dt}'
 
 
 def grouped(d, gpu):
@@ -188,6 +257,16 @@ def r3(x):
     return round(float(x), 3)
 
 
+def r4(x):
+    return round(float(x), 4)
+
+
+def flops_table(fl, what):
+    n = min(c for _, _, c in fl)
+    return {'key': 'tokens', 'points': [[m, r3(e), 0] for m, e, _ in fl],
+            'source': f'{what}, {n} shapes of 4-400 MB: sum FLOPs / (sum time x datasheet rate)'}
+
+
 def main(d):
     ref = {}
     for gpu in PEAK:
@@ -205,6 +284,18 @@ def main(d):
                                 'source': f'{COMMIT} data/{gpu}/gemm/vllm/0.24.0 CUTLASS fp8 '
                                           f'(dynamic activation quantisation included), 4-400 MB '
                                           f'shapes; extra_us = its intercept - cuBLAS bf16\'s'}
+        for name, dt, kern in (('gemm_bf16_flops', 'bfloat16', 'torch.nn.functional.linear'),
+                               ('gemm_fp8_flops', 'fp8', 'CutlassFP8ScaledMMLinearKernel')):
+            fl = gemm_flops(d, gpu, dt, kern)
+            if fl:
+                tabs[name] = flops_table(fl, f'{COMMIT} data/{gpu}/gemm/vllm/0.24.0 {kern} {dt}')
+        gf, gwhat = grouped_flops(d, gpu)
+        if gf:
+            tabs['grouped_flops'] = [
+                {'expert_shard_mb': r3(mb), 'key': 'tokens', 'points': [[T, r4(e), 0] for T, e in pts],
+                 'source': f'{COMMIT} data/{gpu}/moe, {gwhat}, balanced, EP1, TP {tp}: expert GEMM '
+                           f'FLOPs / (module time x {RATE[gpu][4 if gpu[0] != "h" else 8] / 1e15:g} PFLOP/s)'}
+                for mb, tp, pts in gf]
         gp, what = grouped(d, gpu)
         if gp:
             tabs['grouped'] = {'key': 'expert_shard_mb',
@@ -247,6 +338,9 @@ def dated(d):
                             'source': f'{COMMIT} data/{gpu}/gemm/vllm/{ver} fp8 (vllm_default, dynamic '
                                       f'activation quantisation included), 4-400 MB shapes; extra_us = '
                                       f'its intercept - bfloat16\'s'}
+        for name, dt in (('gemm_bf16_flops', 'bfloat16'), ('gemm_fp8_flops', 'fp8')):
+            tabs[name] = flops_table(gemm_flops(d, gpu, dt, 'vllm_default', ver),
+                                     f'{COMMIT} data/{gpu}/gemm/vllm/{ver} vllm_default {dt}')
         ga = attention_gqa(d, gpu, ver)
         tabs['attention_gqa'] = {'key': 'seqs', 'points': [[1, r3(ga[1]), 0]],
                                  'source': f'{COMMIT} data/{gpu}/attention/vllm/{ver} '
