@@ -172,21 +172,11 @@ def grouped_flops(d, gpu):
 
 
 def grouped(d, gpu):
-    hopper = gpu.startswith('h')
-    if hopper:
-        t = read(d, gpu, 'moe', 'sglang', '0.5.9', 'moe_perf')
-        shape, dt, ks = (7168, 2048, 8, 256), 'fp8_block', 'sglang_fused_moe_triton'
-    else:
-        t = read(d, gpu, 'moe', 'sglang', '0.5.14', 'moe_perf')
-        shape, dt, ks = (3584, 3072, 16, 896), 'w4a16_mxfp4', 'sglang_flashinfer_trtllm_moe'
+    t, shape, dt, ks = moe_rows(d, gpu)
     if t is None:
         return None, None
-    if not hopper and not ((t.moe_dtype == dt) & (t.hidden_size == 3584)).any():
-        dt = 'w4a8_mxfp4_mxfp8'  # B300: the only Kimi K3 lane measured there
     H, I, k, E = shape
-    t = t[(t.hidden_size == H) & (t.inter_size == I) & (t.topk == k) & (t.num_experts == E) &
-          (t.moe_ep_size == 1) & (t.distribution == 'balanced') & (t.moe_dtype == dt) &
-          (t.kernel_source == ks) & (t.num_tokens <= 64)]
+    t = t[t.num_tokens <= 64]
     pts = []
     for tp, g in t.groupby('moe_tp_size'):
         g = g.drop_duplicates('num_tokens')
