@@ -62,11 +62,7 @@ static pid_t spawn(char *const argv[], const char *log, int cpu)
             struct sched_param sp = {.sched_priority = 10};
             sched_setscheduler(0, SCHED_FIFO, &sp);
         }
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
+        test_output_to(log);
         execv(argv[0], argv);
         _exit(127);
     }

@@ -83,19 +83,6 @@ static double peak_rss(char *const argv[], double *secs, double *last)
     return (double)ru.ru_maxrss / 1024.0;
 }
 
-static long count_lines(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    long n = 0;
-    int c;
-    while ((c = getc(f)) != EOF)
-        n += c == '\n';
-    fclose(f);
-    return n;
-}
-
 struct sim_point {
     const char *conc, *dur;
     double rss, secs, last;
@@ -167,7 +154,7 @@ int main(void)
             q->rss = peak_rss(argv, &q->secs, &q->last);
             char rp[300];
             snprintf(rp, sizeof rp, "%s/requests.jsonl", out);
-            q->calls = count_lines(rp);
+            q->calls = test_count_lines(rp);
             printf("    c=%-3s %5s s: %7ld calls  peak RSS %7.1f MiB  %6.1f s\n", q->conc, q->dur,
                    q->calls, q->rss, q->secs);
             if (q->rss < 0 || q->rss > 2048) {

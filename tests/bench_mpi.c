@@ -85,11 +85,7 @@ static int run(char *const argv[], const char *cwd, const char *log, int limit_s
         setsid();
         if (nice)
             set_nice(-10);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
+        test_output_to(log);
         if (cwd && chdir(cwd))
             _exit(126);
         execvp(argv[0], argv);
@@ -125,11 +121,7 @@ static int start_server(void)
     unlink(pf);
     g_srv = fork();
     if (g_srv == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
+        test_output_to(log);
         execl(test_bin(), test_bin(), "serve", "--fake", "--fake-ttft-ms", "0", "--fake-tpot-ms",
               "0", "--listen", "127.0.0.1:0", "--port-file", pf, "--max-conns", "19000",
               (char *)NULL);
@@ -169,19 +161,6 @@ struct load_row {
     bool exact;                  /* every call once */
 };
 
-static long count_lines(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    long n = 0;
-    int c;
-    while ((c = getc(f)) != EOF)
-        n += c == '\n';
-    fclose(f);
-    return n;
-}
-
 /* One load run; rate: Poisson arrivals per second, or 0 for closed loop
  * on `lanes` lanes (never under SCHED_FIFO: a saturated generator would
  * starve the server). */
@@ -220,11 +199,11 @@ static int load_once(int np, const char *trace, int rate, int lanes, const char 
     long sent = (long)json_integer_value(json_object_get(json_object_get(run_j, "run"), "calls_sent"));
     r->calls_s = (double)sent / json_number_value(json_object_get(run_j, "duration_s"));
     snprintf(p, sizeof p, "%s/requests.jsonl", out);
-    r->exact = total == sent && count_lines(p) == total && total > 0 &&
+    r->exact = total == sent && test_count_lines(p) == total && total > 0 &&
                (before < 0 || after - before == completed + warmup);
     if (!r->exact)
         fprintf(stderr, "np %d: records %ld, sent %ld, lines %ld, server %ld, completed %ld\n", np,
-                total, sent, count_lines(p), after - before, completed + warmup);
+                total, sent, test_count_lines(p), after - before, completed + warmup);
     json_decref(run_j);
     return 0;
 }

@@ -45,11 +45,7 @@ static pid_t spawn(char *const argv[], const char *log)
 {
     pid_t pid = fork();
     if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
+        test_output_to(log);
         execv(argv[0], argv);
         _exit(127);
     }

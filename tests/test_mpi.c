@@ -302,12 +302,7 @@ static pid_t start(char *const argv[], const char *cwd, const char *log)
         setpgid(0, 0);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
+        test_output_to(log);
         if (cwd && chdir(cwd))
             _exit(126);
         /* Leak checks off in the ranks of a sanitizer build: Open MPI's

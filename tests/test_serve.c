@@ -56,11 +56,7 @@ static struct srv start(int *rc, ...)
     s.pid = fork();
     if (s.pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
+        test_output_to(log);
         execv(argv[0], argv);
         _exit(127);
     }

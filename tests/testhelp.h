@@ -5,6 +5,9 @@
  *   SKIP("why")                  a test that cannot run here (counted)
  *   return test_report();        prints "N passed, N failed[, N skipped]"
  *
+ * test_output_to(log) sends a child's stdout and stderr to a file before
+ * it execs; test_count_lines(path) counts a file's lines.
+ *
  * test_shared(path) gives the path of a file under ../shared (or the
  * folder named by AGENTREPLAY_SHARED), or NULL when it is absent, so tests
  * that read the public traces skip instead of failing on a clone elsewhere.
@@ -12,6 +15,7 @@
 #ifndef TESTHELP_H
 #define TESTHELP_H
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +74,31 @@ static inline const char *test_bin(void)
 {
     const char *b = getenv("AGENTREPLAY_BIN");
     return b && *b ? b : "./agentreplay";
+}
+
+/* In a child about to exec: stdout and stderr to `log`, truncated. */
+static inline void test_output_to(const char *log)
+{
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+}
+
+/* Lines in a file (its newlines), -1 if it cannot be read. */
+static inline long test_count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long n = 0;
+    int c;
+    while ((c = getc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
 }
 
 #endif

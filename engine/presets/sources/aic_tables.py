@@ -104,13 +104,20 @@ def affine(byts, us, peak):
     return c, 1 / (s * 1e-6 * peak)
 
 
-def gemm(d, gpu, dtype, kernel, ver='0.24.0'):
+def gemm_rows(d, gpu, dtype, kernel, ver):
+    """The gemm_perf rows of one precision and kernel, 4-400 MB of weights."""
     t = read(d, gpu, 'gemm', 'vllm', ver, 'gemm_perf')
     if t is None:
         return None
     t = t[(t.gemm_dtype == dtype) & (t.kernel_source == kernel)].drop_duplicates(['m', 'n', 'k'])
     w = t.n * t.k * BPP[dtype]
-    t = t[(w >= 4e6) & (w <= 400e6)]
+    return t[(w >= 4e6) & (w <= 400e6)]
+
+
+def gemm(d, gpu, dtype, kernel, ver='0.24.0'):
+    t = gemm_rows(d, gpu, dtype, kernel, ver)
+    if t is None:
+        return None
     act = 1 if dtype == 'fp8' else 2
     t = t.assign(us=t.latency * 1e3, by=t.n * t.k * BPP[dtype] + t.m * t.k * act + t.m * t.n * 2)
     out = []
@@ -122,12 +129,9 @@ def gemm(d, gpu, dtype, kernel, ver='0.24.0'):
 
 
 def gemm_flops(d, gpu, dtype, kernel, ver='0.24.0'):
-    t = read(d, gpu, 'gemm', 'vllm', ver, 'gemm_perf')
+    t = gemm_rows(d, gpu, dtype, kernel, ver)
     if t is None:
         return None
-    t = t[(t.gemm_dtype == dtype) & (t.kernel_source == kernel)].drop_duplicates(['m', 'n', 'k'])
-    w = t.n * t.k * BPP[dtype]
-    t = t[(w >= 4e6) & (w <= 400e6)]
     rate = RATE[gpu][16 if dtype == 'bfloat16' else 8]
     out = []
     for m in (512, 1024, 2048, 4096, 8192, 16384):
